@@ -1,0 +1,102 @@
+"""Models, tiny models, data and the download cache."""
+import subprocess
+import sys
+import zipfile
+
+import pytest
+import torch
+
+import xvocab
+from xvocab.errors import AssetError, UnknownNameError
+from xvocab.zoo import cache
+
+PROMPT = 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'
+# Greedy continuations recorded once (float32, CPU, transformers 5.24) and checked thereafter.
+KNOWN_GOOD = {
+    "smollm2-135m": [3725, 198, 198, 1348, 6230, 2925, 253, 35881, 2424, 288, 7529, 260, 24681, 46477, 5972, 30],
+    "gemma-3-270m": [140, 584, 538, 1251, 236743, 236771, 653, 538, 1251, 236743, 236770, 236787, 107, 144, 2060,
+                     236743],
+}
+
+
+@pytest.mark.parametrize("name", sorted(KNOWN_GOOD))
+def test_real_model_greedy_continuation_is_known_good(name):
+    model, tok = xvocab.zoo.model(name, device="cpu")
+    ids = tok(PROMPT, add_special_tokens=False, return_tensors="pt").input_ids
+    if tok.xvocab_add_bos:
+        ids = torch.cat([torch.tensor([[tok.bos_token_id]]), ids], dim=1)
+    out = model.generate(ids, max_new_tokens=16, do_sample=False)
+    assert out[0, ids.shape[1]:].tolist() == KNOWN_GOOD[name]
+
+
+def test_model_names_and_unknown_model():
+    assert xvocab.zoo.model_names() == ["gemma-3-270m", "smollm2-135m"]
+    with pytest.raises(UnknownNameError, match="gemma-3-270m"):
+        xvocab.zoo.model("gemma-270m")
+
+
+def test_tiny_model_is_deterministic_and_matches_vocabulary():
+    tok = xvocab.zoo.tokenizer("qwen2")
+    a, b, c = (xvocab.zoo.tiny_model(tok, seed=s) for s in (0, 0, 1))
+    ids = torch.tensor([[1, 2, 3, 4]])
+    la, lb, lc = (m(ids).logits for m in (a, b, c))
+    assert la.shape == (1, 4, len(tok))
+    assert torch.equal(la, lb)
+    assert not torch.equal(la, lc)
+
+
+def test_humaneval_has_164_problems():
+    rows = xvocab.zoo.dataset("humaneval")
+    assert len(rows) == 164
+    assert rows[0]["id"] == "HumanEval/0" and rows[0]["prompt"].startswith("from typing import List")
+
+
+def _fake_wheel(directory, name="xvocab-fake-asset", version="1.0"):
+    path = directory / f"{name.replace('-', '_')}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr(f"{name.replace('-', '_')}/data.txt", "payload")
+        zf.writestr(f"{name.replace('-', '_')}-{version}.dist-info/METADATA",
+                    f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        zf.writestr(f"{name.replace('-', '_')}-{version}.dist-info/WHEEL", "Wheel-Version: 1.0\nTag: py3-none-any\n")
+        zf.writestr(f"{name.replace('-', '_')}-{version}.dist-info/RECORD", "")
+    return path
+
+
+@pytest.fixture
+def offline_index(tmp_path, monkeypatch):
+    """A local find-links directory instead of PyPI, so fetch() runs offline."""
+    links = tmp_path / "links"
+    links.mkdir()
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(links))
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
+    return links
+
+
+def test_fetch_verifies_and_caches(offline_index):
+    wheel = _fake_wheel(offline_index)
+    pkg = cache.Package("xvocab-fake-asset", "1.0", wheel.name, cache.sha256_of(wheel))
+    got = cache.fetch(pkg)
+    assert got.read_bytes() == wheel.read_bytes()
+    wheel.unlink()  # a second fetch must not need the index
+    assert cache.fetch(pkg) == got
+
+
+def test_fetch_rejects_corrupt_download_and_leaves_nothing(offline_index):
+    wheel = _fake_wheel(offline_index)
+    pkg = cache.Package("xvocab-fake-asset", "1.0", wheel.name, "0" * 64)
+    with pytest.raises(AssetError, match="sha256"):
+        cache.fetch(pkg)
+    assert list((cache.cache_dir() / "packages").iterdir()) == []
+
+
+def test_fetch_missing_package_says_how_to_retry(offline_index):
+    pkg = cache.Package("xvocab-no-such-asset", "9.9", "xvocab_no_such_asset-9.9-py3-none-any.whl", "0" * 64)
+    with pytest.raises(AssetError, match="retry"):
+        cache.fetch(pkg)
+    assert list((cache.cache_dir() / "packages").iterdir()) == []
+
+
+def test_library_imports_without_hydra_or_datasets():
+    code = "import sys, xvocab; assert 'hydra' not in sys.modules and 'datasets' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)

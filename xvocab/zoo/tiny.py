@@ -1,0 +1,39 @@
+"""Tiny random-weight causal LMs over real vocabularies, for exactness tests.
+
+`tiny_model(tokenizer, seed=0)` builds a small Llama-architecture model whose
+vocabulary size equals `len(tokenizer)`, with weights drawn from a generator seeded
+by `seed` (the same seed gives bit-identical weights on every machine and call).
+Random weights make no acceptance or speed claim; they make losslessness tests
+cheap on real tokenizers of any size.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def tiny_model(tokenizer, *, seed: int = 0, n_layers: int = 2, hidden_size: int = 64,
+               n_heads: int = 4, max_position_embeddings: int = 4096, logit_scale: float = 8.0):
+    """A deterministic random LlamaForCausalLM with `len(tokenizer)` output logits.
+
+    `logit_scale` multiplies the output head so that next-token distributions are
+    peaked enough for greedy runs to be stable and for drafts to be accepted often.
+    """
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    vocab = len(tokenizer)
+    config = LlamaConfig(vocab_size=vocab, hidden_size=hidden_size, intermediate_size=hidden_size * 2,
+                         num_hidden_layers=n_layers, num_attention_heads=n_heads, num_key_value_heads=n_heads,
+                         max_position_embeddings=max_position_embeddings, tie_word_embeddings=False,
+                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.pad_token_id)
+    with torch.device("cpu"):
+        net = LlamaForCausalLM(config)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for _, param in sorted(net.named_parameters()):
+            if param.ndim == 1:  # norms
+                param.fill_(1.0)
+            else:
+                param.copy_(torch.randn(param.shape, generator=gen) * (param.shape[-1] ** -0.5))
+        net.lm_head.weight.mul_(logit_scale)
+    return net.eval()
