@@ -1,0 +1,139 @@
+"""Token bytes, the intersection map and the incremental translator, on real zoo tokenizers."""
+import itertools
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import xvocab
+from xvocab.alignment import NO_TOKEN, Stream, intersection, reference_sync, sync
+from xvocab.alignment.translate import complete_utf8, propose
+from xvocab.tokens import codec, token_bytes
+
+NAMES = xvocab.zoo.tokenizer_names()
+# Byte-level and SentencePiece both ways, large and small vocabularies.
+PAIRS = [("gemma-4", "gpt-2"), ("gpt-2", "gemma-4"), ("llama-bpe", "qwen2"), ("qwen2", "llama-bpe"),
+         ("mistral-v7", "starcoder"), ("tekken-240911", "llama-spm"), ("phi-3", "deepseek-coder")]
+TEXT = st.text(alphabet=st.characters(codec="utf-8"), max_size=40) | st.sampled_from([
+    "    if x:\n        return 1\r\n", "3333333333", "      ", "😁🤷‍♀️", "e\u0301\u0308", "中文 日本語", "\t\t\n\n\n"])
+FIXED = ["Hello world", "  two\n\n  spaces", "def f(x):\n\treturn x**2\r\n", "中文测试 emoji 😁🤷‍♀️",
+         "a\u0301 é ½ ²", "<s> [INST] <|endoftext|>", "9999999 3.14", "   ", "\x00\x07", "Cửa Việt"]
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_token_bytes_reproduce_the_encoded_text(name):
+    tok = xvocab.zoo.tokenizer(name)
+    c = codec(tok)
+    assert len(token_bytes(tok)) == len(tok)
+    for text in FIXED:
+        ids = tok.encode(text, add_special_tokens=False, split_special_tokens=True)
+        assert c.bytes_of(ids) == c.prefix + text.encode()
+        assert tok.decode(ids) == text
+        assert c.bytes_of(c.encode_continuation(text)) == text.encode()
+
+
+def test_token_bytes_known_values():
+    gpt2 = token_bytes(xvocab.zoo.tokenizer("gpt-2"))
+    tok = xvocab.zoo.tokenizer("gpt-2")
+    assert gpt2[tok.convert_tokens_to_ids("Ġhello")] == b" hello"
+    assert gpt2[tok.convert_tokens_to_ids("Ċ")] == b"\n"
+    assert gpt2[tok.eos_token_id] is None
+    spm = xvocab.zoo.tokenizer("llama-spm")
+    assert token_bytes(spm)[spm.convert_tokens_to_ids("<0xE9>")] == b"\xe9"  # a partial UTF-8 byte, kept raw
+    assert token_bytes(spm)[spm.convert_tokens_to_ids("▁hello")] == b" hello"
+    assert token_bytes(spm)[spm.bos_token_id] is None
+
+
+@pytest.mark.parametrize("target,draft", PAIRS)
+def test_intersection_maps_only_identical_bytes(target, draft):
+    t_tok, d_tok = xvocab.zoo.tokenizer(target), xvocab.zoo.tokenizer(draft)
+    vmap = intersection(t_tok, d_tok)
+    tb, db = token_bytes(t_tok), token_bytes(d_tok)
+    d2t, t2d = vmap.draft_to_target.tolist(), vmap.target_to_draft.tolist()
+    assert len(d2t) == len(d_tok) and len(t2d) == len(t_tok)
+    roles = {(getattr(t_tok, r), getattr(d_tok, r)) for r in ("bos_token_id", "eos_token_id", "pad_token_id")}
+    for d, t in enumerate(d2t):
+        if t != NO_TOKEN:
+            assert t2d[t] == d  # a bijection on the intersection
+            assert db[d] == tb[t] or (t, d) in roles
+    # Completeness: every shared byte string is matched.
+    shared = {b for b in tb if b} & {b for b in db if b}
+    matched = {db[d] for d, t in enumerate(d2t) if t != NO_TOKEN and db[d]}
+    assert matched == shared
+    assert vmap.size == sum(t != NO_TOKEN for t in d2t)
+
+
+def test_intersection_never_confuses_a_character_with_a_lone_byte():
+    gemma, gpt2 = xvocab.zoo.tokenizer("gemma-4"), xvocab.zoo.tokenizer("gpt-2")
+    vmap = intersection(gemma, gpt2)
+    lone_e9 = [i for i, b in enumerate(token_bytes(gpt2)) if b == b"\xe9"]
+    assert len(lone_e9) == 1
+    target = vmap.draft_to_target[lone_e9[0]].item()
+    assert token_bytes(gemma)[target] == b"\xe9"  # Gemma's <0xE9>, never its "é" (C3 A9)
+
+
+@pytest.mark.parametrize("name", ["gpt-2", "llama-spm", "gemma-4", "tekken-240911", "deepseek-llm", "mistral-v7"])
+def test_fast_sync_equals_reference_on_random_edits(name):
+    c = codec(xvocab.zoo.tokenizer(name))
+
+    @SETTINGS
+    @given(TEXT, TEXT, st.integers(0, 40))
+    def check(a, b, cut_at):
+        # A stream spelling text `a`'s canonical tokens, then text grows (or is cut and regrows) to `b`.
+        old = Stream.of(c, c.encode_continuation(a))
+        text = a.encode()[:cut_at] + b.encode()
+        fast, ref = sync(c, old, text), reference_sync(c, old, text)
+        assert fast == ref
+        new = old.apply(c, *fast)
+        assert new.text == text[:complete_utf8(text)]
+
+    check()
+
+
+@pytest.mark.parametrize("target,draft", PAIRS[:4])
+def test_propose_spells_the_draft_text_and_keeps_committed_ids(target, draft):
+    tc = codec(xvocab.zoo.tokenizer(target))
+
+    @SETTINGS
+    @given(TEXT, TEXT)
+    def check(committed, extra):
+        stream = Stream.of(tc, tc.encode_continuation(committed))
+        ids = propose(tc, stream, extra.encode())
+        assert tc.bytes_of(ids) == extra.encode()
+
+    check()
+
+
+def test_sync_cost_does_not_grow_with_context():
+    import time
+
+    c = codec(xvocab.zoo.tokenizer("gpt-2"))
+    base = "def f(x):\n    return x * 2 + 1  # comment\n" * 400
+    timings = {}
+    for n_tokens in (100, 4000):
+        ids = c.encode_continuation(base)[:n_tokens]
+        stream = Stream.of(c, ids)
+        text = stream.text + b" more text"
+        start = time.perf_counter()
+        for _ in range(50):
+            sync(c, stream, text)
+        timings[n_tokens] = (time.perf_counter() - start) / 50
+    # The long context re-encodes the same window: not 40x slower (generous bound against noise).
+    assert timings[4000] < 10 * timings[100] + 1e-3, timings
+
+
+def test_sync_reports_the_retokenized_tail():
+    c = codec(xvocab.zoo.tokenizer("gpt-2"))
+    old = Stream.of(c, c.encode_continuation("def f"))
+    keep, append = sync(c, old, b"def fib(n):")
+    assert keep == 1 and c.bytes_of(append) == b" fib(n):"
+    assert list(itertools.chain(old.ids[:keep], append)) == c.encode_continuation("def fib(n):")
+
+
+def test_lossy_vocabulary_is_reported_not_silently_dropped():
+    from xvocab.tokens import UnrepresentableTextError
+
+    c = codec(xvocab.zoo.tokenizer("falcon"))  # has no token for the byte 0x1E
+    with pytest.raises(UnrepresentableTextError, match="cannot spell"):
+        sync(c, Stream(), "a\x1eb".encode())

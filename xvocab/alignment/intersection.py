@@ -1,0 +1,85 @@
+"""Token-level intersection of two vocabularies, on exact bytes (for TLI).
+
+Two ids correspond when they emit identical bytes (xvocab.tokens). Comparing bytes,
+not strings, keeps a SentencePiece `é` (bytes C3 A9) apart from a byte-level token for
+the lone byte E9, a confusion string-based maps make. Special tokens never match by
+accident: they have no bytes, and map only through an explicit role (BOS, EOS, PAD).
+
+Where one vocabulary spells the same bytes twice (SentencePiece's `▁` and `<0x20>`),
+the map prefers the ordinary piece over the byte-fallback one, then the lower id,
+so each draft id maps to at most one target id and vice versa.
+
+Example (gemma-3 target, smollm2 draft): `Ġdef` (smollm2) and `▁def` (gemma) both emit
+b" def" and map to each other; `<|im_start|>` has no bytes and maps to nothing.
+
+Cost: one pass over each vocabulary plus a dict lookup per id, O(V_draft + V_target).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+
+from xvocab.tokens import codec
+
+NO_TOKEN = -1  # sentinel in the id maps: no counterpart in the other vocabulary
+
+
+@dataclass(frozen=True, eq=False)
+class VocabMap:
+    """Id maps between a target and a draft vocabulary; NO_TOKEN where there is no counterpart."""
+
+    draft_to_target: torch.Tensor  # [V_draft] long
+    target_to_draft: torch.Tensor  # [V_target] long
+
+    @property
+    def draft_mask(self) -> torch.Tensor:  # [V_draft] bool: draft ids inside the intersection
+        return self.draft_to_target != NO_TOKEN
+
+    @property
+    def target_mask(self) -> torch.Tensor:  # [V_target] bool
+        return self.target_to_draft != NO_TOKEN
+
+    @property
+    def size(self) -> int:
+        return int(self.draft_mask.sum())
+
+    def to(self, device) -> "VocabMap":
+        return VocabMap(self.draft_to_target.to(device), self.target_to_draft.to(device))
+
+
+def _canonical(table, byte_fallback_ids: set[int]) -> dict[bytes, int]:
+    """bytes -> preferred id: ordinary pieces before byte-fallback pieces, then lowest id."""
+    out: dict[bytes, int] = {}
+    for i, b in enumerate(table):
+        if not b:
+            continue
+        j = out.get(b)
+        if j is None or (j in byte_fallback_ids and i not in byte_fallback_ids):
+            out[b] = i
+    return out
+
+
+def _byte_fallback_ids(tokenizer) -> set[int]:
+    vocab = tokenizer.get_vocab()
+    return {vocab[f"<0x{b:02X}>"] for b in range(256) if f"<0x{b:02X}>" in vocab}
+
+
+@lru_cache(maxsize=16)
+def intersection(target_tokenizer, draft_tokenizer) -> VocabMap:
+    """The byte-exact id correspondence between two tokenizers (cached per pair)."""
+    t_table, d_table = codec(target_tokenizer).token_bytes, codec(draft_tokenizer).token_bytes
+    t_index = _canonical(t_table, _byte_fallback_ids(target_tokenizer))
+    d_index = _canonical(d_table, _byte_fallback_ids(draft_tokenizer))
+    d2t = torch.full((len(d_table),), NO_TOKEN, dtype=torch.long)
+    t2d = torch.full((len(t_table),), NO_TOKEN, dtype=torch.long)
+    for b, d in d_index.items():
+        t = t_index.get(b)
+        if t is not None:
+            d2t[d], t2d[t] = t, d
+    for role in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        t, d = getattr(target_tokenizer, role), getattr(draft_tokenizer, role)
+        if t is not None and d is not None and d2t[d] == NO_TOKEN and t2d[t] == NO_TOKEN:
+            d2t[d], t2d[t] = t, d
+    return VocabMap(d2t, t2d)
