@@ -1,0 +1,11 @@
+"""Autoregressive decoding: the target alone, one token per forward.
+
+It is the baseline every method is compared against, and it runs through the same
+engine and verifier (an empty proposal, so the verifier just samples the bonus token
+from p), so baseline and methods are measured by the same code.
+"""
+from xvocab.algorithms.common import DraftContext, Proposal
+
+
+def draft(ctx: DraftContext, k: int) -> Proposal:
+    return Proposal([], None)

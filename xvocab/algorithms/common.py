@@ -1,0 +1,65 @@
+"""What every drafter receives and returns, and the draft-side bookkeeping they share."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from xvocab.alignment.translate import Stream, sync
+from xvocab.kv import Decoder
+from xvocab.sampling import SamplingParams, logits_to_probs
+from xvocab.tokens import ByteCodec
+
+
+@dataclass
+class Side:
+    """One model's view of the sequence: its prompt ids, and a Stream spelling the continuation."""
+
+    decoder: Decoder
+    codec: ByteCodec
+    prompt: list[int]
+    stream: Stream = field(default_factory=Stream)
+
+    def full(self) -> list[int]:
+        return self.prompt + list(self.stream.ids)
+
+    def rewind(self, keep: int, append: list[int]) -> None:
+        """Keep the first `keep` continuation ids, append `append`; roll the KV cache back to match."""
+        self.decoder.crop(min(self.decoder.cached, len(self.prompt) + keep))
+        self.stream = self.stream.apply(self.codec, keep, append)
+        self.decoder.crop(min(self.decoder.cached, len(self.prompt) + len(self.stream.ids) - 1))
+
+    def next_logits(self) -> torch.Tensor:
+        """Logits [V] after the whole current sequence."""
+        return self.decoder.step(self.full())[-1]
+
+
+@dataclass
+class DraftContext:
+    target: Side
+    draft: Side
+    params: SamplingParams
+    generator: torch.Generator
+    same_vocab: bool
+    maps: object  # the per-pair tables a drafter needs (xvocab.engine.PairTables)
+    align_seconds: float = 0.0
+
+    def sync_draft(self, text: bytes) -> None:
+        """Make the draft spell `text` (re-tokenizing only the boundary), rolling back its cache."""
+        start = time.perf_counter()
+        keep, append = sync(self.draft.codec, self.draft.stream, text)
+        self.draft.rewind(keep, append)
+        self.align_seconds += time.perf_counter() - start
+
+    def draft_probs(self, logits: torch.Tensor, allowed: torch.Tensor | None = None) -> torch.Tensor:
+        """q [V_draft] from draft logits, optionally restricted to `allowed` [V_draft] bool and renormalized."""
+        if allowed is not None:
+            logits = logits.masked_fill(~allowed, float("-inf"))
+        return logits_to_probs(logits, self.params)
+
+
+@dataclass(frozen=True)
+class Proposal:
+    ids: list[int]                      # [n] target-vocabulary ids
+    probs: torch.Tensor | None = None   # [n, V_target] distribution each id was drawn from; None: exact match

@@ -1,0 +1,24 @@
+"""Standard speculative sampling (Leviathan et al. 2023; Chen et al. 2023): one shared vocabulary.
+
+The draft samples x_i ~ q_i for i = 1..k from its own (processed) distribution; the
+target accepts x_i with probability min(1, p_i(x_i) / q_i(x_i)). Requires identical
+vocabularies (the engine checks and raises VocabularyMismatchError otherwise).
+Cost: k draft forwards of one token and one target forward of k + 1 positions.
+"""
+from __future__ import annotations
+
+import torch
+
+from xvocab.algorithms.common import DraftContext, Proposal
+from xvocab.sampling import sample
+
+
+def draft(ctx: DraftContext, k: int) -> Proposal:
+    ids, rows = [], []
+    for _ in range(k):
+        q = ctx.draft_probs(ctx.draft.next_logits())  # [V]
+        x = int(sample(q, ctx.generator))
+        ids.append(x)
+        rows.append(q)
+        ctx.draft.rewind(len(ctx.draft.stream.ids), [x])
+    return Proposal(ids, torch.stack(rows))

@@ -1,0 +1,34 @@
+"""TLI, token-level intersection (Timor et al., ICML 2025, Alg. 4 "TLI").
+
+The draft distribution is restricted to the draft ids whose exact bytes are also a
+target token (xvocab.alignment.intersection), renormalized, and pushed to target ids:
+    q~(t) = q(d) / sum_{d' in I} q(d')   for t = map(d), d in I;   0 outside the intersection.
+Draft tokens are sampled from q~ (probabilistic drafting, not greedy-only as in vLLM),
+then verified by standard rejection sampling against the target's p, so the output is
+distributed exactly as p. Expected acceptance per position: sum_t min(p(t), q~(t)).
+
+Example (gemma target, smollm2 draft): `Ġreturn` and `▁return` both spell b" return";
+a draft sampling it proposes Gemma's `▁return`; a draft token such as `ĠFibonacci`
+with no Gemma counterpart is never proposed.
+Cost: k draft forwards, a scatter over V_target per position, one target forward.
+"""
+from __future__ import annotations
+
+import torch
+
+from xvocab.algorithms.common import DraftContext, Proposal
+from xvocab.sampling import sample
+
+
+def draft(ctx: DraftContext, k: int) -> Proposal:
+    d2t = ctx.maps.draft_to_target  # [V_draft] long, NO_TOKEN outside the intersection
+    allowed = ctx.maps.draft_mask   # [V_draft] bool
+    ids, rows = [], []
+    for _ in range(k):
+        q = ctx.draft_probs(ctx.draft.next_logits(), allowed)  # [V_draft], zero outside I
+        d = int(sample(q, ctx.generator))
+        r = torch.zeros(ctx.maps.target_vocab, device=q.device).index_add_(0, d2t[allowed], q[allowed])
+        ids.append(int(d2t[d]))
+        rows.append(r)
+        ctx.draft.rewind(len(ctx.draft.stream.ids), [d])  # bytes(d) == bytes(map(d)): no re-tokenization
+    return Proposal(ids, torch.stack(rows))

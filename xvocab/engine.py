@@ -1,0 +1,182 @@
+"""The decode loop: draft, verify in one target forward, roll back, repeat.
+
+    propose  <- DRAFTERS[algorithm](ctx, k)        target-vocabulary ids (+ their distribution)
+    p        <- target logits over [pending, proposals] in ONE forward
+    accepted, next <- rejection_verify | exact_match_verify
+    commit accepted + next; crop both KV caches to the accepted prefix; re-sync the draft
+
+The engine knows nothing of how proposals are made (xvocab.algorithms) nor of how
+text is aligned (xvocab.alignment); `ar` is the empty proposal, so the baseline runs
+through this same loop. Randomness flows only through one torch.Generator seeded by
+`seed`: the same arguments give the same output.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+
+from xvocab.algorithms import DRAFTERS, DraftContext
+from xvocab.algorithms.common import Side
+from xvocab.alignment.intersection import NO_TOKEN, intersection
+from xvocab.errors import ConfigError, VocabularyMismatchError
+from xvocab.kv import Decoder
+from xvocab.sampling import SamplingParams, logits_to_probs
+from xvocab.stats import Stats
+from xvocab.tokens import codec
+from xvocab.verify import exact_match_verify, rejection_verify
+
+ALGORITHMS = tuple(DRAFTERS)
+
+
+@dataclass(frozen=True)
+class Output:
+    token_ids: list[int]  # generated target-vocabulary ids, prompt excluded
+    text: str
+    stats: Stats
+
+
+@dataclass(frozen=True, eq=False)
+class PairTables:
+    """Per-pair id tables the drafters use (identity maps when the vocabularies coincide)."""
+
+    draft_to_target: torch.Tensor  # [V_draft] long (TLI)
+    draft_mask: torch.Tensor       # [V_draft] bool
+    first_target: torch.Tensor     # [V_draft] long: first target token of each draft token's bytes (SLRS)
+    first_mask: torch.Tensor       # [V_draft] bool
+    target_vocab: int
+    eos_target: int | None
+
+
+@lru_cache(maxsize=8)
+def pair_tables(target_tokenizer, draft_tokenizer, target_vocab: int, draft_vocab: int) -> PairTables:
+    tc, dc = codec(target_tokenizer), codec(draft_tokenizer)
+    eos_t = target_tokenizer.eos_token_id
+    if same_vocabulary(target_tokenizer, draft_tokenizer):
+        ident = torch.arange(draft_vocab)
+        mask = torch.ones(draft_vocab, dtype=torch.bool)
+        return PairTables(ident, mask, ident, mask, target_vocab, eos_t)
+    vmap = intersection(target_tokenizer, draft_tokenizer)
+    d2t = _pad(vmap.draft_to_target, draft_vocab)
+    first = torch.full((draft_vocab,), NO_TOKEN, dtype=torch.long)
+    for d, b in enumerate(dc.token_bytes):
+        if b:
+            try:
+                first[d] = tc.encode_exact(b)[0]
+            except ValueError:  # the target cannot spell these bytes: the draft may not propose them
+                pass
+    first = torch.where(d2t != NO_TOKEN, torch.where(first == NO_TOKEN, d2t, first), first)  # roles (EOS)
+    return PairTables(d2t, d2t != NO_TOKEN, first, first != NO_TOKEN, target_vocab, eos_t)
+
+
+def _pad(t: torch.Tensor, n: int) -> torch.Tensor:
+    """Model output heads may be wider than the tokenizer (padding rows): those ids map to nothing."""
+    return torch.cat([t, torch.full((n - len(t),), NO_TOKEN, dtype=torch.long)]) if n > len(t) else t[:n]
+
+
+def same_vocabulary(a, b) -> bool:
+    return a is b or (codec(a).token_bytes == codec(b).token_bytes and codec(a).prefix == codec(b).prefix)
+
+
+def _output_vocab(model) -> int:
+    return model.get_output_embeddings().weight.shape[0]
+
+
+def prompt_ids(tokenizer, prompt: str) -> list[int]:
+    ids = tokenizer.encode(prompt, add_special_tokens=False, split_special_tokens=True)
+    add_bos = getattr(tokenizer, "xvocab_add_bos", getattr(tokenizer, "add_bos_token", False))
+    if add_bos and tokenizer.bos_token_id is not None:
+        ids = [tokenizer.bos_token_id] + ids
+    return ids
+
+
+def _validate(prompt, target_tokenizer, draft, draft_tokenizer, algorithm, k, max_new_tokens, target):
+    if not isinstance(prompt, str) or not prompt:
+        raise ConfigError("the prompt is empty; pass the text to continue")
+    if algorithm not in DRAFTERS:
+        raise ConfigError(f"unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
+    if k < 1:
+        raise ConfigError(f"k={k}: the draft length must be at least 1")
+    if max_new_tokens < 1:
+        raise ConfigError(f"max_new_tokens={max_new_tokens}: must be at least 1")
+    if algorithm != "ar" and draft is None:
+        raise ConfigError(f"algorithm {algorithm!r} needs a draft model; pass draft= or use algorithm='ar'")
+    if algorithm != "ar" and draft_tokenizer is None:
+        raise ConfigError("the draft has no tokenizer; pass draft_tokenizer= (its own, even if it equals the target's)")
+    if algorithm == "sd" and not same_vocabulary(target_tokenizer, draft_tokenizer):
+        raise VocabularyMismatchError("algorithm 'sd' needs one shared vocabulary but the tokenizers differ; "
+                                      "use 'slem', 'tli' or 'slrs' for heterogeneous vocabularies")
+    limit = getattr(target.config, "max_position_embeddings", None)
+    n_prompt = len(prompt_ids(target_tokenizer, prompt))
+    if limit is not None and n_prompt + max_new_tokens > limit:
+        raise ConfigError(f"the prompt ({n_prompt} target tokens) plus max_new_tokens={max_new_tokens} exceeds the "
+                          f"target's context of {limit}; shorten the prompt or lower max_new_tokens")
+
+
+def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokenizer=None, algorithm: str = "slem",
+             k: int = 5, max_new_tokens: int = 128, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
+             seed: int = 0) -> Output:
+    """Continue `prompt` with `target`, drafted by `draft` through `algorithm`; lossless for every algorithm."""
+    params = SamplingParams(temperature, top_k, top_p)
+    _validate(prompt, target_tokenizer, draft, draft_tokenizer, algorithm, k, max_new_tokens, target)
+    wall0 = time.perf_counter()
+    device = next(target.parameters()).device
+    generator = torch.Generator(device=device).manual_seed(seed)
+    t_side = Side(Decoder(target), codec(target_tokenizer), prompt_ids(target_tokenizer, prompt))
+    if algorithm == "ar":
+        d_side, same, tables = t_side, True, None
+    else:
+        d_side = Side(Decoder(draft), codec(draft_tokenizer), prompt_ids(draft_tokenizer, prompt))
+        same = same_vocabulary(target_tokenizer, draft_tokenizer)
+        tables = pair_tables(target_tokenizer, draft_tokenizer, _output_vocab(target), _output_vocab(draft))
+        tables = PairTables(*(t.to(device) if isinstance(t, torch.Tensor) else t for t in tables.__dict__.values()))
+    ctx = DraftContext(t_side, d_side, params, generator, same, tables)
+    eos = _eos_ids(target, target_tokenizer)
+    stats = Stats(k=k)
+    out: list[int] = []
+    while len(out) < max_new_tokens:
+        proposal = DRAFTERS[algorithm](ctx, k)
+        proposed = torch.tensor(proposal.ids, dtype=torch.long, device=device)
+        logits = t_side.decoder.step(t_side.full(), proposal.ids)  # [n + 1, V]
+        p = logits_to_probs(logits, params)
+        if proposal.probs is None:
+            n_acc, nxt = exact_match_verify(p, proposed, generator)
+        else:
+            n_acc, nxt = rejection_verify(p, proposal.probs, proposed, generator)
+        new = proposal.ids[:n_acc] + [nxt]
+        stats.record_step(len(proposal.ids), n_acc, first_token=not out, now=time.perf_counter() - wall0)
+        stop = next((i for i, x in enumerate(new) if x in eos), None)
+        new = new[: max_new_tokens - len(out) if stop is None else min(stop + 1, max_new_tokens - len(out))]
+        out += new
+        t_side.decoder.crop(len(t_side.full()) + n_acc)
+        t_side.rewind(len(t_side.stream.ids), new)
+        if stop is not None:
+            break
+        if algorithm != "ar":
+            if same:
+                keep = _lcp(d_side.stream.ids, t_side.stream.ids)
+                d_side.rewind(keep, list(t_side.stream.ids[keep:]))
+            else:
+                ctx.sync_draft(t_side.stream.text)
+    stats.finish(new_tokens=len(out), wall=time.perf_counter() - wall0, target_forwards=t_side.decoder.forwards,
+                 draft_forwards=0 if algorithm == "ar" else d_side.decoder.forwards, align_seconds=ctx.align_seconds)
+    return Output(out, target_tokenizer.decode(out, skip_special_tokens=True), stats)
+
+
+def _lcp(a, b) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _eos_ids(model, tokenizer) -> set[int]:
+    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    cfg = getattr(model, "generation_config", None)
+    extra = getattr(cfg, "eos_token_id", None) if cfg is not None else None
+    ids |= set(extra if isinstance(extra, (list, tuple)) else [extra] if extra is not None else [])
+    return ids

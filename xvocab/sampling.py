@@ -1,0 +1,59 @@
+"""Logits -> probabilities, and the seeded sampler; defined once for target and draft alike.
+
+Losslessness is relative to the target's *processed* distribution p = process(logits),
+so the same `logits_to_probs` (temperature, then top-k, then top-p) is applied wherever
+a distribution is formed. `temperature == 0` means greedy: a one-hot at the argmax.
+Sampling uses the exponential race argmax(probs / E), E ~ Exp(1) drawn from an explicit
+torch.Generator: no global randomness and no host sync.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from xvocab.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.0
+    top_k: int = 0      # 0 = off
+    top_p: float = 1.0  # 1 = off
+
+    def __post_init__(self):
+        if self.temperature < 0:
+            raise ConfigError(f"temperature={self.temperature} is negative; use 0 for greedy or a positive value")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"top_p={self.top_p} is outside (0, 1]; use 1.0 to disable nucleus sampling")
+        if self.top_k < 0:
+            raise ConfigError(f"top_k={self.top_k} is negative; use 0 to disable top-k")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+def logits_to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """logits [..., V] -> probs [..., V] (float32), after temperature, top-k and top-p."""
+    logits = logits.float()
+    if params.greedy:
+        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
+    logits = logits / params.temperature
+    if params.top_k and params.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    if params.top_p < 1:
+        sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
+        before = sorted_probs.cumsum(-1) - sorted_probs  # mass strictly before each token
+        sorted_probs = sorted_probs.masked_fill(before >= params.top_p, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """probs [..., V] -> ids [...] by the exponential race; exact for any distribution, one-hot included."""
+    noise = torch.empty_like(probs).exponential_(generator=generator)
+    return (probs / noise).argmax(-1)

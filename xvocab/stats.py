@@ -1,0 +1,65 @@
+"""Per-generation statistics: forwards, acceptance, tau and timings.
+
+tau = new tokens / target forwards (the bonus token included): the quantity the
+speedup bound tau / (1 + k c) is written in. Acceptance rate = accepted / proposed.
+Per-position acceptance[i] = P(proposal i accepted | proposal i made).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Stats:
+    k: int
+    proposed: list[int] = field(default_factory=list)   # per step
+    accepted: list[int] = field(default_factory=list)   # per step
+    new_tokens: int = 0
+    target_forwards: int = 0
+    draft_forwards: int = 0
+    wall_seconds: float = 0.0
+    ttft_seconds: float = 0.0
+    align_seconds: float = 0.0
+
+    def record_step(self, n_proposed: int, n_accepted: int, *, first_token: bool, now: float) -> None:
+        self.proposed.append(n_proposed)
+        self.accepted.append(n_accepted)
+        if first_token:
+            self.ttft_seconds = now
+
+    def finish(self, **values) -> None:
+        for name, value in values.items():
+            setattr(self, name, value)
+
+    @property
+    def tau(self) -> float:
+        return self.new_tokens / self.target_forwards if self.target_forwards else 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        total = sum(self.proposed)
+        return sum(self.accepted) / total if total else 0.0
+
+    @property
+    def per_position_acceptance(self) -> list[float]:
+        width = max(self.proposed, default=0)
+        made = [sum(n > i for n in self.proposed) for i in range(width)]
+        kept = [sum(a > i for a in self.accepted) for i in range(width)]
+        return [kk / m if m else 0.0 for kk, m in zip(kept, made)]
+
+    @property
+    def tpot_seconds(self) -> float:
+        rest = self.new_tokens - 1
+        return (self.wall_seconds - self.ttft_seconds) / rest if rest > 0 else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.new_tokens / self.wall_seconds if self.wall_seconds else 0.0
+
+    def summary(self) -> dict:
+        return {"new_tokens": self.new_tokens, "target_forwards": self.target_forwards,
+                "draft_forwards": self.draft_forwards, "tau": self.tau, "acceptance_rate": self.acceptance_rate,
+                "per_position_acceptance": self.per_position_acceptance, "accepted_per_step": self.accepted,
+                "wall_seconds": self.wall_seconds, "ttft_seconds": self.ttft_seconds,
+                "tpot_seconds": self.tpot_seconds, "tokens_per_second": self.tokens_per_second,
+                "align_seconds": self.align_seconds}

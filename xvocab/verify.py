@@ -1,0 +1,80 @@
+"""Verification: which proposed target tokens to keep, and the one token the target adds.
+
+Glossary (as in vLLM's rejection sampler):
+* proposed: target-vocabulary ids c_1..c_n offered by a drafter;
+* accepted: the longest prefix the verifier keeps;
+* recovered: at the first rejection, a token drawn from the residual norm(max(p - r, 0));
+* bonus: when all n are accepted, a token drawn from p_{n+1}.
+Either way exactly one target token follows the accepted prefix.
+
+Two rules, each lossless (output ~ p, the target's distribution):
+* `rejection_verify` (SD, TLI, SLRS): proposals drawn from a known distribution r_i over
+  the target vocabulary; accept c_i with probability min(1, p_i(c_i) / r_i(c_i))
+  (Leviathan et al. 2023, Chen et al. 2023).
+* `exact_match_verify` (SLEM): the target draws its own token t_i ~ p_i; c_i is accepted
+  iff it equals t_i. Needs no draft probabilities.
+
+Each has a readable per-position reference beside the vectorized path; both consume
+the generator identically, so tests compare them draw for draw.
+"""
+from __future__ import annotations
+
+import torch
+
+from xvocab.sampling import sample
+
+
+def rejection_verify(target_probs: torch.Tensor,   # [n + 1, V] p at each proposed position and the bonus
+                     proposal_probs: torch.Tensor,  # [n, V] r: distribution each proposal was drawn from
+                     proposed: torch.Tensor,        # [n] long
+                     generator: torch.Generator) -> tuple[int, int]:
+    """(number accepted, next token id) by speculative rejection sampling."""
+    assert target_probs.ndim == 2 and proposal_probs.ndim == 2 and proposed.ndim == 1
+    n = proposed.shape[0]
+    assert target_probs.shape[0] == n + 1 and proposal_probs.shape[0] == n
+    uniform = torch.rand(n, generator=generator, device=target_probs.device)
+    idx = torch.arange(n, device=proposed.device)
+    p = target_probs[idx, proposed]
+    r = proposal_probs[idx, proposed]
+    rejected = uniform * r > p  # accept iff u < p / r, written without division
+    n_accepted = int(rejected.int().argmax()) if bool(rejected.any()) else n  # the one host sync
+    if n_accepted < n:
+        residual = (target_probs[n_accepted] - proposal_probs[n_accepted]).clamp_min(0)
+        dist = residual / residual.sum() if residual.sum() > 0 else target_probs[n_accepted]
+    else:
+        dist = target_probs[n]
+    return n_accepted, int(sample(dist, generator))
+
+
+def rejection_verify_reference(target_probs, proposal_probs, proposed, generator) -> tuple[int, int]:
+    """Position by position, as written in the papers."""
+    n = len(proposed)
+    uniform = torch.rand(n, generator=generator, device=target_probs.device)
+    for i in range(n):
+        x = int(proposed[i])
+        p, r = float(target_probs[i, x]), float(proposal_probs[i, x])
+        if float(uniform[i]) * r > p:  # rejected: draw from the residual
+            residual = (target_probs[i] - proposal_probs[i]).clamp_min(0)
+            dist = residual / residual.sum() if residual.sum() > 0 else target_probs[i]
+            return i, int(sample(dist, generator))
+    return n, int(sample(target_probs[n], generator))
+
+
+def exact_match_verify(target_probs: torch.Tensor,  # [n + 1, V]
+                       proposed: torch.Tensor,      # [n] long
+                       generator: torch.Generator) -> tuple[int, int]:
+    """(number accepted, next token id): the target samples every position; keep proposals while equal."""
+    assert target_probs.ndim == 2 and proposed.ndim == 1 and target_probs.shape[0] == proposed.shape[0] + 1
+    own = sample(target_probs, generator)  # [n + 1]: t_i ~ p_i, independent draws
+    n = proposed.shape[0]
+    mismatch = own[:n] != proposed
+    n_accepted = int(mismatch.int().argmax()) if bool(mismatch.any()) else n
+    return n_accepted, int(own[n_accepted])
+
+
+def exact_match_verify_reference(target_probs, proposed, generator) -> tuple[int, int]:
+    own = sample(target_probs, generator)
+    for i, x in enumerate(proposed.tolist()):
+        if int(own[i]) != x:
+            return i, int(own[i])
+    return len(proposed), int(own[len(proposed)])
