@@ -37,3 +37,32 @@ def tiny_model(tokenizer, *, seed: int = 0, n_layers: int = 2, hidden_size: int 
                 param.copy_(torch.randn(param.shape, generator=gen) * (param.shape[-1] ** -0.5))
         net.lm_head.weight.mul_(logit_scale)
     return net.eval()
+
+
+def mirror_model(model, model_tokenizer, tokenizer, *, seed: int = 0):
+    """`model` re-expressed over another vocabulary: draft id d reads and predicts the target id with d's bytes.
+
+    Rows of ids outside the byte intersection are random (reads) and strongly negative
+    (predictions). The result is a cross-vocabulary draft that agrees with `model` wherever
+    both tokenizers segment text alike: the acceptance paths of SLEM/TLI/SLRS are then
+    exercised on real tokenizers without training anything.
+    """
+    import copy
+
+    from xvocab.alignment.intersection import intersection
+
+    d2t = intersection(model_tokenizer, tokenizer).draft_to_target  # [V_new]
+    hit = d2t >= 0
+    gen = torch.Generator().manual_seed(seed)
+    mirror = copy.deepcopy(model)
+    emb_in, emb_out = model.get_input_embeddings().weight, model.get_output_embeddings().weight
+    n, h = len(tokenizer), emb_in.shape[1]
+    new_in = torch.randn((n, h), generator=gen) * emb_in.std()
+    new_out = -emb_out.abs().mean() * torch.ones((n, h))
+    new_in[hit], new_out[hit] = emb_in[d2t[hit]], emb_out[d2t[hit]]
+    mirror.resize_token_embeddings(n, mean_resizing=False)
+    with torch.no_grad():
+        mirror.get_input_embeddings().weight.copy_(new_in)
+        mirror.get_output_embeddings().weight.copy_(new_out)
+    mirror.config.vocab_size = n
+    return mirror.eval()

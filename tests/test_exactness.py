@@ -1,0 +1,232 @@
+"""Losslessness: greedy outputs equal `ar` exactly; sampled outputs follow the target's distribution.
+
+Statistical tests state their false-failure probability and come with a negative
+control (a deliberately wrong verifier) that the same test must reject.
+"""
+import collections
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+import xvocab
+from xvocab import engine
+from xvocab.engine import generate
+from xvocab.sampling import SamplingParams, logits_to_probs, sample
+from xvocab.verify import (exact_match_verify, exact_match_verify_reference, rejection_verify,
+                           rejection_verify_reference)
+from xvocab.zoo.tiny import mirror_model
+
+CROSS = ("slem", "tli", "slrs")
+# Byte-level / SentencePiece both ways, large / small vocabularies.
+PAIRS = [("qwen2", "qwen35"), ("starcoder", "refact"), ("llama-spm", "mistral-v1"), ("gpt-2", "mpt"),
+         ("mistral-v7", "llama-spm"), ("llama-bpe", "tekken-240911"), ("gemma-4", "gpt-2"), ("gpt-2", "gemma-4")]
+PROMPTS = ["def fibonacci(n):", "The quick brown fox", "  x = [1, 2, 3]\n"]
+ALPHA = 1e-6  # false-failure probability of each statistical test
+
+
+@pytest.fixture(scope="module")
+def tiny_pairs():
+    out = {}
+    for target, draft in PAIRS:
+        tt, dt = xvocab.zoo.tokenizer(target), xvocab.zoo.tokenizer(draft)
+        model = xvocab.zoo.tiny_model(tt, seed=1)
+        out[target, draft] = (model, tt, mirror_model(model, tt, dt), dt)
+    return out
+
+
+@pytest.mark.parametrize("pair", PAIRS, ids=lambda p: f"{p[0]}<-{p[1]}")
+def test_greedy_equals_ar_on_real_tokenizer_pairs(tiny_pairs, pair):
+    target, tt, draft, dt = tiny_pairs[pair]
+    for prompt in PROMPTS:
+        ref = generate(prompt, target=target, target_tokenizer=tt, algorithm="ar", max_new_tokens=24)
+        assert ref.stats.target_forwards == 24
+        for alg in CROSS:
+            out = generate(prompt, target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt,
+                           algorithm=alg, k=4, max_new_tokens=24)
+            assert out.token_ids == ref.token_ids, (alg, prompt)
+
+
+def test_greedy_pairs_exercise_acceptance(tiny_pairs):
+    """The equality above is not trivial: on close vocabularies proposals are accepted and rolled back."""
+    target, tt, draft, dt = tiny_pairs["qwen2", "qwen35"]
+    for alg in CROSS:
+        out = generate(PROMPTS[0], target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt,
+                       algorithm=alg, k=4, max_new_tokens=24)
+        assert out.stats.tau > 2.0, alg
+
+
+@pytest.mark.parametrize("alg", ["sd", *CROSS])
+def test_self_drafting_accepts_every_token(tiny_pairs, alg):
+    target, tt, _, _ = tiny_pairs["gemma-4", "gpt-2"]
+    out = generate(PROMPTS[1], target=target, target_tokenizer=tt, draft=target, draft_tokenizer=tt,
+                   algorithm=alg, k=5, max_new_tokens=24)
+    assert out.stats.acceptance_rate == 1.0
+    assert out.stats.target_forwards == 4  # 24 tokens, 6 per forward
+
+
+def test_same_seed_same_output_and_seed_matters(tiny_pairs):
+    target, tt, draft, dt = tiny_pairs["qwen2", "qwen35"]
+    kw = dict(target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt, algorithm="tli",
+              max_new_tokens=16, temperature=1.0)
+    a, b, c = (generate(PROMPTS[0], seed=s, **kw).token_ids for s in (0, 0, 1))
+    assert a == b and a != c
+
+
+# ------------------------------------------------------------------ verifier: fast vs reference
+
+
+def _random_case(gen, n, vocab):
+    p = torch.softmax(torch.randn(n + 1, vocab, generator=gen) * 2, -1)
+    r = torch.softmax(torch.randn(n, vocab, generator=gen) * 2, -1)
+    proposed = torch.tensor([int(torch.multinomial(r[i], 1, generator=gen)) for i in range(n)], dtype=torch.long)
+    return p, r, proposed
+
+
+def test_fast_verifiers_equal_references_draw_for_draw():
+    gen = torch.Generator().manual_seed(0)
+    for trial in range(300):
+        p, r, proposed = _random_case(gen, n=trial % 6, vocab=7)
+        g1, g2 = torch.Generator().manual_seed(trial), torch.Generator().manual_seed(trial)
+        assert rejection_verify(p, r, proposed, g1) == rejection_verify_reference(p, r, proposed, g2)
+        g1, g2 = torch.Generator().manual_seed(trial), torch.Generator().manual_seed(trial)
+        assert exact_match_verify(p, proposed, g1) == exact_match_verify_reference(p, proposed, g2)
+
+
+def _first_token_distribution(verify, p, r, n_trials, seed):
+    gen = torch.Generator().manual_seed(seed)
+    counts = collections.Counter()
+    accepted = 0
+    for _ in range(n_trials):
+        x = sample(r[0], gen).view(1)
+        n_acc, nxt = verify(p[:2], r[:1], x, gen)
+        counts[int(x) if n_acc else nxt] += 1
+        accepted += n_acc
+    return counts, accepted
+
+
+def _chisquare_pvalue(counts, probs, n):
+    observed = [counts.get(i, 0) for i in range(len(probs))]
+    return chisquare(observed, [float(q) * n for q in probs]).pvalue
+
+
+def _broken_verify(target_probs, proposal_probs, proposed, generator):
+    """Negative control: on rejection, resample from p instead of the residual (a classic bug)."""
+    n_acc, _ = rejection_verify(target_probs, proposal_probs, proposed, generator)
+    return n_acc, int(sample(target_probs[n_acc], generator))
+
+
+def test_rejection_sampling_output_follows_p_and_acceptance_matches_closed_form():
+    p = torch.tensor([[0.5, 0.2, 0.2, 0.1], [0.25, 0.25, 0.25, 0.25]])
+    r = torch.tensor([[0.1, 0.1, 0.4, 0.4]])
+    n = 20000
+    counts, accepted = _first_token_distribution(rejection_verify, p, r, n, seed=1)
+    # False failure: pvalue < ALPHA happens with probability ALPHA under a correct verifier.
+    assert _chisquare_pvalue(counts, p[0], n) > ALPHA
+    beta = float(torch.minimum(p[0], r[0]).sum())  # exact expected acceptance: sum min(p, r) = 0.5
+    sigma = (beta * (1 - beta) / n) ** 0.5
+    assert abs(accepted / n - beta) < 5.5 * sigma  # two-sided 5.5 sigma: false failure < 4e-8
+    broken, _ = _first_token_distribution(_broken_verify, p, r, n, seed=1)
+    assert _chisquare_pvalue(broken, p[0], n) < ALPHA  # the same test rejects the wrong verifier
+
+
+# ------------------------------------------------------------------ end to end, sampled sequences
+
+
+def _exact_two_token_distribution(model, tok, prompt, params):
+    """Closed form: P(x1, x2) = p(x1) p(x2 | x1) under the processed target distribution."""
+    ids = engine.prompt_ids(tok, prompt)
+    with torch.no_grad():
+        p1 = logits_to_probs(model(torch.tensor([ids])).logits[0, -1], params)
+        dist = {}
+        for x1 in p1.nonzero().flatten().tolist():
+            p2 = logits_to_probs(model(torch.tensor([ids + [x1]])).logits[0, -1], params)
+            for x2 in p2.nonzero().flatten().tolist():
+                dist[x1, x2] = float(p1[x1] * p2[x2])
+    return dist
+
+
+def _noisy_mirror(model, tt, dt, noise=0.7):
+    draft = mirror_model(model, tt, dt)
+    gen = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        head = draft.get_output_embeddings().weight
+        head.add_(torch.randn(head.shape, generator=gen) * head.std() * noise)
+    return draft
+
+
+def _sequence_pvalue(model, tt, draft, dt, alg, n, params):
+    exact = _exact_two_token_distribution(model, tt, PROMPTS[0], params)
+    counts = collections.Counter()
+    for seed in range(n):
+        out = generate(PROMPTS[0], target=model, target_tokenizer=tt, draft=draft, draft_tokenizer=dt,
+                       algorithm=alg, k=2, max_new_tokens=2, temperature=params.temperature, top_k=params.top_k,
+                       seed=seed)
+        counts[tuple(out.token_ids)] += 1
+    if not set(counts) <= set(exact):
+        return 0.0  # a sequence the target can never produce: certainly not the target's distribution
+    # Bins expected to hold fewer than 5 samples are pooled, as the chi-square approximation requires.
+    total = sum(exact.values())
+    big = sorted(key for key in exact if exact[key] / total * n >= 5)
+    observed = [counts[key] for key in big] + [n - sum(counts[key] for key in big)]
+    expected = [exact[key] / total * n for key in big] + [n - sum(exact[key] / total * n for key in big)]
+    if expected[-1] < 1e-9:
+        observed, expected = observed[:-1], expected[:-1]
+    return chisquare(observed, expected, sum_check=False).pvalue
+
+
+@pytest.mark.parametrize("alg", CROSS)
+def test_sampled_sequences_follow_the_target_distribution(tiny_pairs, alg):
+    target, tt, _, dt = tiny_pairs["qwen2", "qwen35"]
+    draft = _noisy_mirror(target, tt, dt)
+    params = SamplingParams(temperature=1.0, top_k=3)  # 9 possible two-token sequences
+    assert _sequence_pvalue(target, tt, draft, dt, alg, 500, params) > ALPHA
+
+
+def test_sampled_sequence_test_rejects_a_wrong_verifier(tiny_pairs, monkeypatch):
+    target, tt, _, dt = tiny_pairs["qwen2", "qwen35"]
+    draft = _noisy_mirror(target, tt, dt)
+
+    def accept_everything(target_probs, proposal_probs, proposed, generator):  # the draft's distribution leaks
+        n = len(proposed)
+        return n, int(sample(target_probs[n], generator))
+
+    monkeypatch.setattr(engine, "rejection_verify", accept_everything)
+    params = SamplingParams(temperature=1.0, top_k=3)
+    assert _sequence_pvalue(target, tt, draft, dt, "tli", 500, params) < ALPHA
+
+
+# ------------------------------------------------------------------ bad input
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(prompt=""), "prompt is empty"),
+    (dict(k=0), "draft length"),
+    (dict(max_new_tokens=0), "max_new_tokens"),
+    (dict(temperature=-1.0), "negative"),
+    (dict(top_p=0.0), "top_p"),
+    (dict(top_p=1.5), "top_p"),
+    (dict(algorithm="sd"), "shared vocabulary"),
+    (dict(draft_tokenizer=None), "no tokenizer"),
+    (dict(draft=None), "needs a draft"),
+    (dict(algorithm="beam"), "unknown algorithm"),
+    (dict(prompt="word " * 5000), "context"),
+])
+def test_bad_input_names_the_fix(tiny_pairs, kwargs, match):
+    target, tt, draft, dt = tiny_pairs["gemma-4", "gpt-2"]
+    args = dict(prompt="hello", target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt, algorithm="slem")
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        generate(args.pop("prompt"), **args)
+
+
+def test_top_k_top_p_processing():
+    logits = torch.tensor([3.0, 2.0, 1.0, 0.0])
+    probs = logits_to_probs(logits, SamplingParams(temperature=1.0, top_k=2))
+    assert probs[2:].sum() == 0 and torch.isclose(probs.sum(), torch.tensor(1.0))
+    probs = logits_to_probs(logits, SamplingParams(temperature=1.0, top_p=0.5))
+    assert probs.nonzero().flatten().tolist() == [0]  # the top token alone holds >= 0.5 of the mass
+    greedy = logits_to_probs(logits, SamplingParams())
+    assert greedy.tolist() == [1.0, 0.0, 0.0, 0.0]
+
+
