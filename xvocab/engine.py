@@ -160,7 +160,7 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
                 d_side.rewind(keep, list(t_side.stream.ids[keep:]))
             else:
                 ctx.sync_draft(t_side.stream.text)
-    stats.finish(new_tokens=len(out), wall=time.perf_counter() - wall0, target_forwards=t_side.decoder.forwards,
+    stats.finish(new_tokens=len(out), wall_seconds=time.perf_counter() - wall0, target_forwards=t_side.decoder.forwards,
                  draft_forwards=0 if algorithm == "ar" else d_side.decoder.forwards, align_seconds=ctx.align_seconds)
     return Output(out, target_tokenizer.decode(out, skip_special_tokens=True), stats)
 

@@ -29,6 +29,8 @@ class Stats:
 
     def finish(self, **values) -> None:
         for name, value in values.items():
+            if not hasattr(self, name):
+                raise AttributeError(f"Stats has no field {name!r}")
             setattr(self, name, value)
 
     @property

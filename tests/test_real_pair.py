@@ -1,0 +1,30 @@
+"""The real cross-family pair: gemma-3-270m target, smollm2-135m draft, on HumanEval prompts."""
+import pytest
+
+import xvocab
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return xvocab.load_pair("gemma-3-270m", "smollm2-135m", device="cpu")
+
+
+def _check(pair, prompts, max_new_tokens):
+    target, tt, draft, dt = pair
+    for row in prompts:
+        ref = xvocab.generate(row["prompt"], target=target, target_tokenizer=tt, algorithm="ar",
+                              max_new_tokens=max_new_tokens)
+        for alg in ("slem", "tli", "slrs"):
+            out = xvocab.generate(row["prompt"], target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt,
+                                  algorithm=alg, k=4, max_new_tokens=max_new_tokens)
+            assert out.token_ids == ref.token_ids, (row["id"], alg)
+            assert out.stats.tau >= 1.0
+
+
+def test_real_pair_greedy_equals_ar_on_a_humaneval_prompt(pair):
+    _check(pair, xvocab.zoo.dataset("humaneval")[:1], max_new_tokens=24)
+
+
+@pytest.mark.slow
+def test_real_pair_greedy_equals_ar_on_20_humaneval_prompts(pair):
+    _check(pair, xvocab.zoo.dataset("humaneval")[:20], max_new_tokens=64)
