@@ -21,6 +21,7 @@ import torch
 from xvocab.algorithms import DRAFTERS, DraftContext
 from xvocab.algorithms.common import Side
 from xvocab.alignment.intersection import NO_TOKEN, intersection
+from xvocab.alignment.translate import common_prefix_length
 from xvocab.errors import ConfigError, VocabularyMismatchError
 from xvocab.kv import Decoder
 from xvocab.sampling import SamplingParams, logits_to_probs
@@ -156,22 +157,13 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
             break
         if algorithm != "ar":
             if same:
-                keep = _lcp(d_side.stream.ids, t_side.stream.ids)
+                keep = common_prefix_length(d_side.stream.ids, t_side.stream.ids)
                 d_side.rewind(keep, list(t_side.stream.ids[keep:]))
             else:
                 ctx.sync_draft(t_side.stream.text)
     stats.finish(new_tokens=len(out), wall_seconds=time.perf_counter() - wall0, target_forwards=t_side.decoder.forwards,
                  draft_forwards=0 if algorithm == "ar" else d_side.decoder.forwards, align_seconds=ctx.align_seconds)
     return Output(out, target_tokenizer.decode(out, skip_special_tokens=True), stats)
-
-
-def _lcp(a, b) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def _eos_ids(model, tokenizer) -> set[int]:

@@ -84,7 +84,8 @@ def _common_tokens(stream: Stream, text: bytes) -> int:
     return lo
 
 
-def _lcp(a, b) -> int:
+def common_prefix_length(a, b) -> int:
+    """Length of the longest common prefix of two id sequences."""
     n = 0
     for x, y in zip(a, b):
         if x != y:
@@ -107,7 +108,7 @@ def sync(codec: ByteCodec, stream: Stream, text: bytes, window: int = DEFAULT_WI
         fresh = codec.encode_exact(text[offset:cut])
         anchored = start == 0 or (start < len(stream.ids) and fresh[:1] == [stream.ids[start]])
         if anchored:
-            keep = start + _lcp(fresh, stream.ids[start:common])
+            keep = start + common_prefix_length(fresh, stream.ids[start:common])
             return keep, fresh[keep - start:]
         w *= 2
 
@@ -116,7 +117,7 @@ def reference_sync(codec: ByteCodec, stream: Stream, text: bytes) -> tuple[int, 
     """Slow, obviously correct: re-tokenize all of `text` and keep the common prefix."""
     cut = complete_utf8(text)
     fresh = codec.encode_exact(text[:cut])
-    keep = _lcp(fresh, stream.ids)
+    keep = common_prefix_length(fresh, stream.ids)
     return keep, fresh[keep:]
 
 
