@@ -137,3 +137,52 @@ def test_lossy_vocabulary_is_reported_not_silently_dropped():
     c = codec(xvocab.zoo.tokenizer("falcon"))  # has no token for the byte 0x1E
     with pytest.raises(UnrepresentableTextError, match="cannot spell"):
         sync(c, Stream(), "a\x1eb".encode())
+
+
+SLOW = settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n in NAMES if n != "falcon"])
+def test_fast_sync_equals_reference_large_run(name):
+    c = codec(xvocab.zoo.tokenizer(name))
+
+    @SLOW
+    @given(TEXT, TEXT, st.integers(0, 40))
+    def check(a, b, cut_at):
+        old = Stream.of(c, c.encode_continuation(a))
+        text = a.encode()[:cut_at] + b.encode()
+        assert sync(c, old, text) == reference_sync(c, old, text)
+
+    check()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target,draft", [(t, d) for t in NAMES for d in NAMES if t != d and "falcon" not in (t, d)])
+def test_propose_on_every_zoo_pair(target, draft):
+    tc, dc = codec(xvocab.zoo.tokenizer(target)), codec(xvocab.zoo.tokenizer(draft))
+
+    @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(TEXT, TEXT)
+    def check(committed, extra):
+        # The draft spells `extra` in its own tokens; the target re-tokenizes exactly those bytes.
+        draft_bytes = dc.bytes_of(dc.encode_continuation(extra))
+        stream = Stream.of(tc, tc.encode_continuation(committed))
+        assert tc.bytes_of(propose(tc, stream, draft_bytes)) == draft_bytes
+
+    check()
+
+
+def test_pair_report_rows_agree_with_the_maps(tmp_path):
+    from xvocab import pair_report
+
+    out = tmp_path / "pairs.csv"
+    rows = pair_report.main(["gemma-3-270m", "smollm2-135m", "--csv", str(out)])
+    (row,) = rows
+    t_tok, d_tok = xvocab.zoo.tokenizer("gemma-3-270m"), xvocab.zoo.tokenizer("smollm2-135m")
+    assert row.intersection == intersection(t_tok, d_tok).size
+    assert row.target_vocab == 262144 and row.draft_vocab == 49152
+    assert 0 < row.share_of_target < row.share_of_draft <= 1
+    assert row.draft_starts_target >= row.share_of_draft  # a token equal to a target token starts one
+    assert out.read_text().splitlines()[0].startswith("target,draft,")
+    assert len(out.read_text().splitlines()) == 2

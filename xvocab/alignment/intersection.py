@@ -49,31 +49,27 @@ class VocabMap:
         return VocabMap(self.draft_to_target.to(device), self.target_to_draft.to(device))
 
 
-def _canonical(table, byte_fallback_ids: set[int]) -> dict[bytes, int]:
-    """bytes -> preferred id: ordinary pieces before byte-fallback pieces, then lowest id."""
+@lru_cache(maxsize=32)
+def _canonical(tokenizer) -> dict[bytes, int]:
+    """bytes -> preferred id of one tokenizer: ordinary pieces before byte-fallback pieces, then lowest id."""
+    vocab = tokenizer.get_vocab()
+    byte_fallback = {vocab[f"<0x{b:02X}>"] for b in range(256) if f"<0x{b:02X}>" in vocab}
     out: dict[bytes, int] = {}
-    for i, b in enumerate(table):
+    for i, b in enumerate(codec(tokenizer).token_bytes):
         if not b:
             continue
         j = out.get(b)
-        if j is None or (j in byte_fallback_ids and i not in byte_fallback_ids):
+        if j is None or (j in byte_fallback and i not in byte_fallback):
             out[b] = i
     return out
-
-
-def _byte_fallback_ids(tokenizer) -> set[int]:
-    vocab = tokenizer.get_vocab()
-    return {vocab[f"<0x{b:02X}>"] for b in range(256) if f"<0x{b:02X}>" in vocab}
 
 
 @lru_cache(maxsize=16)
 def intersection(target_tokenizer, draft_tokenizer) -> VocabMap:
     """The byte-exact id correspondence between two tokenizers (cached per pair)."""
-    t_table, d_table = codec(target_tokenizer).token_bytes, codec(draft_tokenizer).token_bytes
-    t_index = _canonical(t_table, _byte_fallback_ids(target_tokenizer))
-    d_index = _canonical(d_table, _byte_fallback_ids(draft_tokenizer))
-    d2t = torch.full((len(d_table),), NO_TOKEN, dtype=torch.long)
-    t2d = torch.full((len(t_table),), NO_TOKEN, dtype=torch.long)
+    t_index, d_index = _canonical(target_tokenizer), _canonical(draft_tokenizer)
+    d2t = [NO_TOKEN] * len(codec(draft_tokenizer).token_bytes)
+    t2d = [NO_TOKEN] * len(codec(target_tokenizer).token_bytes)
     for b, d in d_index.items():
         t = t_index.get(b)
         if t is not None:
@@ -82,4 +78,4 @@ def intersection(target_tokenizer, draft_tokenizer) -> VocabMap:
         t, d = getattr(target_tokenizer, role), getattr(draft_tokenizer, role)
         if t is not None and d is not None and d2t[d] == NO_TOKEN and t2d[t] == NO_TOKEN:
             d2t[d], t2d[t] = t, d
-    return VocabMap(d2t, t2d)
+    return VocabMap(torch.tensor(d2t, dtype=torch.long), torch.tensor(t2d, dtype=torch.long))

@@ -17,6 +17,7 @@ import hashlib
 import logging
 import shutil
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import torch
@@ -99,6 +100,17 @@ def checkpoint_dir(name: str) -> Path:
     return final
 
 
+@lru_cache(maxsize=None)
+def model_tokenizer(name: str):
+    """The exact tokenizer of zoo model `name`, without loading its weights.
+
+    It comes from the versioned conversion cache, so a converter fix reaches it without
+    de-quantizing again; the checkpoint directory holds a copy for use outside xvocab.
+    """
+    check_name(name, MODELS)
+    return load_converted(cached_conversion(f"model-{name}", _gguf_path(name), "gguf"))
+
+
 def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -115,8 +127,6 @@ def model(name: str, *, dtype: torch.dtype | str = torch.float32, device: str | 
         path = name
     else:
         path = str(checkpoint_dir(name))
-        # The tokenizer comes from the versioned conversion cache, so a converter fix reaches it
-        # without de-quantizing again; the checkpoint holds a copy for use outside xvocab.
-        tok = load_converted(cached_conversion(f"model-{name}", _gguf_path(name), "gguf"))
+        tok = model_tokenizer(name)
     net = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
     return net, tok

@@ -86,18 +86,22 @@ def cached_conversion(key: str, path: Path, kind: str) -> Path:
 
 
 def load_converted(directory: Path):
-    from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
 
     roles = json.loads((directory / "roles.json").read_text())
     add_bos = roles.pop("add_bos_token", False)
-    tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_file(str(directory / "tokenizer.json")), **roles)
+    # tokenizer_file, not tokenizer_object: the latter is deep-copied (a second full parse, ~1 s at 262k ids).
+    tok = PreTrainedTokenizerFast(tokenizer_file=str(directory / "tokenizer.json"), **roles)
     tok.xvocab_add_bos = add_bos  # whether the family's models expect BOS at sequence start
     return tok
 
 
 def tokenizer(name: str):
-    """A fast tokenizer for a zoo name, a hub id, or a local directory."""
+    """A fast tokenizer for a zoo tokenizer name, a zoo model name (its tokenizer), a hub id or a local directory."""
+    from xvocab.zoo.models import MODELS, model_tokenizer  # models import this module
+
+    if name in MODELS:
+        return model_tokenizer(name)
     if name not in TOKENIZERS and is_external(name):
         from transformers import AutoTokenizer
 
