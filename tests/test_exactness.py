@@ -230,3 +230,36 @@ def test_top_k_top_p_processing():
     assert greedy.tolist() == [1.0, 0.0, 0.0, 0.0]
 
 
+
+
+# ------------------------------------------------------------------ expected acceptance, closed form
+
+
+def _first_step_acceptance(target, tt, draft, dt, alg, params):
+    """Exact P(first proposal accepted) = sum_t min(p(t), r(t)), r = q~ (TLI) or psi (SLRS)."""
+    tables = engine.pair_tables(tt, dt, target.get_output_embeddings().weight.shape[0],
+                                draft.get_output_embeddings().weight.shape[0])
+    with torch.no_grad():
+        p = logits_to_probs(target(torch.tensor([engine.prompt_ids(tt, PROMPTS[0])])).logits[0, -1], params)
+        d_logits = draft(torch.tensor([engine.prompt_ids(dt, PROMPTS[0])])).logits[0, -1]
+    to_target, allowed = ((tables.draft_to_target, tables.draft_mask) if alg == "tli"
+                          else (tables.first_target, tables.first_mask))
+    q = logits_to_probs(d_logits.masked_fill(~allowed, float("-inf")), params)
+    r = torch.zeros(len(p)).index_add_(0, to_target[allowed], q[allowed])
+    return float(torch.minimum(p, r).sum())
+
+
+@pytest.mark.parametrize("alg", ["tli", "slrs"])
+def test_measured_acceptance_matches_closed_form(tiny_pairs, alg):
+    target, tt, _, dt = tiny_pairs["qwen2", "qwen35"]
+    draft = _noisy_mirror(target, tt, dt, noise=0.3)  # acceptance about 2/3: informative
+    params = SamplingParams(temperature=1.0)
+    beta = _first_step_acceptance(target, tt, draft, dt, alg, params)
+    n = 400
+    accepted = sum(
+        generate(PROMPTS[0], target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt, algorithm=alg,
+                 k=1, max_new_tokens=1, temperature=1.0, seed=seed).stats.accepted[0]
+        for seed in range(n))
+    sigma = (beta * (1 - beta) / n) ** 0.5
+    assert 0.05 < beta < 0.95  # a case where acceptance is informative
+    assert abs(accepted / n - beta) < 5.5 * sigma + 1e-9  # two-sided 5.5 sigma: false failure < 4e-8
