@@ -28,3 +28,12 @@ def test_real_pair_greedy_equals_ar_on_a_humaneval_prompt(pair):
 @pytest.mark.slow
 def test_real_pair_greedy_equals_ar_on_20_humaneval_prompts(pair):
     _check(pair, xvocab.zoo.dataset("humaneval")[:20], max_new_tokens=64)
+
+
+def test_real_pair_exact_past_the_sliding_window(pair):
+    """Gemma 3 attends locally in 5 of 6 layers (window 512): rollbacks must stay exact beyond it."""
+    target, tt = pair[0], pair[1]
+    assert target.config.sliding_window == 512
+    prompt = "".join(row["prompt"] for row in xvocab.zoo.dataset("humaneval")[:6])
+    assert len(tt.encode(prompt)) > 600
+    _check(pair, [{"id": "HumanEval/0-5", "prompt": prompt}], max_new_tokens=24)

@@ -3,7 +3,7 @@
 `Decoder.step(full_ids, extra)` feeds the ids of `full_ids + extra` that the cache does
 not hold yet and returns the logits of the last `len(extra) + 1` positions: the
 distribution after `full_ids` and after each of `extra`. `crop(n)` rolls the cache back
-to its first n tokens; nothing is ever re-prefilled. Invariant: the cache holds a
+to its first n tokens; nothing is ever re-prefilled, also past a sliding window. Invariant: the cache holds a
 prefix of the sequence the caller passes next; the caller keeps it so by cropping to
 the accepted prefix before growing a different one.
 """
@@ -17,7 +17,11 @@ class Decoder:
         from transformers import DynamicCache
 
         self.model = model
-        self.cache = DynamicCache(config=model.config)
+        # No config: every layer keeps all its states, sliding-window layers (Gemma 3) included; the
+        # window is applied by the attention mask. transformers' sliding layers discard states past
+        # the window, and rolling back across the window boundary then loses a state (seen with
+        # transformers 5.24: a 512-window cache cropped after a forward that crossed it kept 509).
+        self.cache = DynamicCache()
         self.cached = 0     # tokens held by the cache
         self.forwards = 0   # model calls made
         self.device = next(model.parameters()).device
