@@ -47,6 +47,28 @@ def test_greedy_equals_ar_on_real_tokenizer_pairs(tiny_pairs, pair):
             assert out.token_ids == ref.token_ids, (alg, prompt)
 
 
+def test_draft_that_cannot_spell_the_text_still_decodes_exactly():
+    """falcon has no token for several control bytes: the draft sees them as "?", the target stays exact."""
+    tt, dt = xvocab.zoo.tokenizer("gpt-2"), xvocab.zoo.tokenizer("falcon")
+    target = xvocab.zoo.tiny_model(tt, seed=3)
+    draft = mirror_model(target, tt, dt)
+    ctrl = xvocab.token_bytes(tt).index(b"\x04")
+    head = target.lm_head
+    target.lm_head = torch.nn.Linear(head.in_features, head.out_features, bias=True)
+    with torch.no_grad():
+        target.lm_head.weight.copy_(head.weight)
+        target.lm_head.bias.zero_()
+        target.lm_head.bias[ctrl] = 30.0  # the target emits byte 0x04 often, which falcon cannot spell
+    prompt = "def f(x):"
+    ref = generate(prompt, target=target, target_tokenizer=tt, algorithm="ar", max_new_tokens=24)
+    assert b"\x04" in xvocab.tokens.codec(tt).bytes_of(ref.token_ids)
+    assert 0x04 in xvocab.tokens.codec(dt).missing_bytes
+    for alg in CROSS:
+        out = generate(prompt, target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt,
+                       algorithm=alg, k=4, max_new_tokens=24)
+        assert out.token_ids == ref.token_ids, alg
+
+
 def test_greedy_pairs_exercise_acceptance(tiny_pairs):
     """The equality above is not trivial: on close vocabularies proposals are accepted and rolled back."""
     target, tt, draft, dt = tiny_pairs["qwen2", "qwen35"]

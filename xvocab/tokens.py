@@ -116,6 +116,24 @@ class ByteCodec:
                 out.setdefault(b[0], i)
         return out
 
+    @cached_property
+    def missing_bytes(self) -> frozenset[int]:
+        """Byte values no token spells alone: text containing them cannot be represented exactly
+        (falcon, starcoder and refact lack a few; byte-level BPE builds every token from bytes)."""
+        return frozenset(range(256)) - set(self._byte_ids)
+
+    @cached_property
+    def _substitute(self) -> bytes:
+        table = bytearray(range(256))
+        for b in self.missing_bytes:
+            table[b] = ord("?")
+        return bytes(table)
+
+    def view(self, text: bytes) -> bytes:
+        """`text` as this vocabulary can see it: each byte it cannot spell becomes b"?" (length-preserving,
+        so a growing text keeps a growing view). Used on the draft side only; the target sees all bytes."""
+        return text.translate(self._substitute) if self.missing_bytes else text
+
     def encode_bytes(self, data: bytes) -> list[int]:
         """Ids spelling exactly `data`, which may hold invalid UTF-8: valid runs are tokenized as text,
         each invalid byte becomes its single-byte token."""

@@ -46,9 +46,10 @@ class DraftContext:
     align_seconds: float = 0.0
 
     def sync_draft(self, text: bytes) -> None:
-        """Make the draft spell `text` (re-tokenizing only the boundary), rolling back its cache."""
+        """Make the draft spell `text` (re-tokenizing only the boundary), rolling back its cache.
+        Bytes the draft's vocabulary cannot spell are seen as b"?" (ByteCodec.view)."""
         start = time.perf_counter()
-        keep, append = sync(self.draft.codec, self.draft.stream, text)
+        keep, append = sync(self.draft.codec, self.draft.stream, self.draft.codec.view(text))
         self.draft.rewind(keep, append)
         self.align_seconds += time.perf_counter() - start
 

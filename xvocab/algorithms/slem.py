@@ -33,10 +33,10 @@ def draft(ctx: DraftContext, k: int) -> Proposal:
     if ctx.same_vocab:
         return Proposal(drafted, None)
     start = time.perf_counter()
-    draft_text, target_text = ctx.draft.stream.text, ctx.target.stream.text
+    draft_text, target_view = ctx.draft.stream.text, ctx.draft.codec.view(ctx.target.stream.text)
     ids: list[int] = []
-    if draft_text.startswith(target_text):
-        ids = propose(ctx.target.codec, ctx.target.stream, draft_text[len(target_text):])
+    if draft_text.startswith(target_view):
+        ids = propose(ctx.target.codec, ctx.target.stream, draft_text[len(target_view):])
     if drafted and ctx.draft.codec.token_bytes[drafted[-1]] is None and ctx.maps.eos_target is not None:
         ids.append(ctx.maps.eos_target)  # the draft proposes to stop: propose the target's EOS
     ctx.align_seconds += time.perf_counter() - start
