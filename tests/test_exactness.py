@@ -70,12 +70,15 @@ def test_draft_that_cannot_spell_the_text_still_decodes_exactly():
 
 
 def test_greedy_pairs_exercise_acceptance(tiny_pairs):
-    """The equality above is not trivial: on close vocabularies proposals are accepted and rolled back."""
-    target, tt, draft, dt = tiny_pairs["qwen2", "qwen35"]
+    """The equality above is not trivial: across two vocabularies that are not byte-identical, proposals
+    are accepted, re-tokenized and rolled back (qwen2/qwen35 would not do: their byte tables coincide,
+    so the engine takes the identity path)."""
+    target, tt, draft, dt = tiny_pairs["starcoder", "refact"]
     for alg in CROSS:
         out = generate(PROMPTS[0], target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt,
                        algorithm=alg, k=4, max_new_tokens=24)
-        assert out.stats.tau > 2.0, alg
+        assert not engine.same_vocabulary(tt, dt)
+        assert out.stats.tau > 1.5, alg
 
 
 @pytest.mark.parametrize("alg", ["sd", *CROSS])
@@ -88,7 +91,7 @@ def test_self_drafting_accepts_every_token(tiny_pairs, alg):
 
 
 def test_same_seed_same_output_and_seed_matters(tiny_pairs):
-    target, tt, draft, dt = tiny_pairs["qwen2", "qwen35"]
+    target, tt, draft, dt = tiny_pairs["starcoder", "refact"]
     kw = dict(target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt, algorithm="tli",
               max_new_tokens=16, temperature=1.0)
     a, b, c = (generate(PROMPTS[0], seed=s, **kw).token_ids for s in (0, 0, 1))
@@ -168,7 +171,7 @@ def _exact_two_token_distribution(model, tok, prompt, params):
     return dist
 
 
-def _noisy_mirror(model, tt, dt, noise=0.7):
+def _noisy_mirror(model, tt, dt, noise=0.1):
     draft = mirror_model(model, tt, dt)
     gen = torch.Generator().manual_seed(7)
     with torch.no_grad():
@@ -199,14 +202,14 @@ def _sequence_pvalue(model, tt, draft, dt, alg, n, params):
 
 @pytest.mark.parametrize("alg", CROSS)
 def test_sampled_sequences_follow_the_target_distribution(tiny_pairs, alg):
-    target, tt, _, dt = tiny_pairs["qwen2", "qwen35"]
+    target, tt, _, dt = tiny_pairs["starcoder", "refact"]
     draft = _noisy_mirror(target, tt, dt)
     params = SamplingParams(temperature=1.0, top_k=3)  # 9 possible two-token sequences
     assert _sequence_pvalue(target, tt, draft, dt, alg, 500, params) > ALPHA
 
 
 def test_sampled_sequence_test_rejects_a_wrong_verifier(tiny_pairs, monkeypatch):
-    target, tt, _, dt = tiny_pairs["qwen2", "qwen35"]
+    target, tt, _, dt = tiny_pairs["starcoder", "refact"]
     draft = _noisy_mirror(target, tt, dt)
 
     def accept_everything(target_probs, proposal_probs, proposed, generator):  # the draft's distribution leaks
@@ -273,8 +276,8 @@ def _first_step_acceptance(target, tt, draft, dt, alg, params):
 
 @pytest.mark.parametrize("alg", ["tli", "slrs"])
 def test_measured_acceptance_matches_closed_form(tiny_pairs, alg):
-    target, tt, _, dt = tiny_pairs["qwen2", "qwen35"]
-    draft = _noisy_mirror(target, tt, dt, noise=0.3)  # acceptance about 2/3: informative
+    target, tt, _, dt = tiny_pairs["starcoder", "refact"]
+    draft = _noisy_mirror(target, tt, dt)  # acceptance about 0.63: informative
     params = SamplingParams(temperature=1.0)
     beta = _first_step_acceptance(target, tt, draft, dt, alg, params)
     n = 400

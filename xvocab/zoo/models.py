@@ -115,8 +115,13 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def model(name: str, *, dtype: torch.dtype | str = torch.float32, device: str | None = None):
-    """(model, tokenizer) for a zoo name, hub id or local directory; model in eval mode."""
+def model(name: str, *, dtype: torch.dtype | str = torch.float32, device: str | None = None,
+          device_map: str | dict | None = None):
+    """(model, tokenizer) for a zoo name, hub id or local directory; model in eval mode.
+
+    `device_map` (e.g. "auto") places a large model over several GPUs through accelerate
+    instead of moving it whole to `device`.
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if isinstance(dtype, str):
@@ -128,5 +133,7 @@ def model(name: str, *, dtype: torch.dtype | str = torch.float32, device: str | 
     else:
         path = str(checkpoint_dir(name))
         tok = model_tokenizer(name)
+    if device_map is not None:
+        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, device_map=device_map).eval(), tok
     net = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
     return net, tok

@@ -1,0 +1,80 @@
+"""Per-prompt result records: one JSON line each, appended atomically, with the environment.
+
+A sweep may be killed at any moment and rerun: `append` writes a whole line in one
+`write` under an exclusive lock and fsyncs it, and `read` ignores a trailing partial
+line (a write cut off by a kill), so a rerun skips exactly the records already there
+and loses nothing. Records carry the config, its hash, the git revision, device,
+dtype and library versions, so figures made from them say what they measured.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import platform
+import subprocess
+from functools import lru_cache
+from pathlib import Path
+
+
+def config_hash(config: dict) -> str:
+    """Stable short hash of a JSON-able config (key order does not matter)."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def append(path: str | Path, record: dict) -> None:
+    """Append one record as a JSON line: one write, under an exclusive lock, fsynced."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = (json.dumps(record, sort_keys=True, default=str) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        size = os.fstat(fd).st_size
+        if size:  # a previous writer was killed mid-line: start on a fresh line
+            with open(path, "rb") as fh:
+                fh.seek(size - 1)
+                if fh.read(1) != b"\n":
+                    line = b"\n" + line
+        os.write(fd, line)
+        os.fsync(fd)
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def read(path: str | Path) -> list[dict]:
+    """All complete records of a file (a partial line left by a kill is skipped)."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+@lru_cache(maxsize=1)
+def environment() -> dict:
+    """Where a record was measured: git revision, machine, library versions."""
+    import torch
+    import transformers
+
+    try:
+        repo = Path(__file__).resolve().parent.parent
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True, text=True,
+                             timeout=5).stdout.strip() or None
+        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
+                                    capture_output=True, text=True, timeout=5).stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        rev, dirty = None, None
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return {"git_revision": rev, "git_dirty": dirty, "host": platform.node(), "cpu_count": os.cpu_count(),
+            "gpu": gpu, "python": platform.python_version(), "torch": torch.__version__,
+            "transformers": transformers.__version__}
