@@ -123,7 +123,7 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
     params = SamplingParams(temperature, top_k, top_p)
     _validate(prompt, target_tokenizer, draft, draft_tokenizer, algorithm, k, max_new_tokens, target)
     wall0 = time.perf_counter()
-    device = next(target.parameters()).device
+    device = target.get_output_embeddings().weight.device  # where logits land (last GPU under a device_map)
     generator = torch.Generator(device=device).manual_seed(seed)
     t_side = Side(Decoder(target), codec(target_tokenizer), prompt_ids(target_tokenizer, prompt))
     if algorithm == "ar":
@@ -145,7 +145,7 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
         if proposal.probs is None:
             n_acc, nxt = exact_match_verify(p, proposed, generator)
         else:
-            n_acc, nxt = rejection_verify(p, proposal.probs, proposed, generator)
+            n_acc, nxt = rejection_verify(p, proposal.probs.to(device), proposed, generator)
         new = proposal.ids[:n_acc] + [nxt]
         stats.record_step(len(proposal.ids), n_acc, first_token=not out, now=time.perf_counter() - wall0)
         stop = next((i for i, x in enumerate(new) if x in eos), None)

@@ -62,6 +62,7 @@ class Stats:
         return {"new_tokens": self.new_tokens, "target_forwards": self.target_forwards,
                 "draft_forwards": self.draft_forwards, "tau": self.tau, "acceptance_rate": self.acceptance_rate,
                 "per_position_acceptance": self.per_position_acceptance, "accepted_per_step": self.accepted,
+                "proposed_per_step": self.proposed,
                 "wall_seconds": self.wall_seconds, "ttft_seconds": self.ttft_seconds,
                 "tpot_seconds": self.tpot_seconds, "tokens_per_second": self.tokens_per_second,
                 "align_seconds": self.align_seconds}

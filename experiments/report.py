@@ -1,0 +1,120 @@
+"""`python -m experiments.report RESULTS_DIR [...]`: aggregate per-prompt records into the paper's table.
+
+One row per (target, draft, dataset, temperature, max_new_tokens, algorithm, k): prompts,
+TTFT, TPOT, tokens/s, speedup over `ar` measured by the same code on the same target,
+dataset, temperature, device, dtype and threads, and the acceptance columns the paper
+lacks (tau, acceptance rate, per-position acceptance), plus pass@1 and the share of
+greedy outputs identical to `ar`. Writes report.md, report.csv and report.tex into the
+first RESULTS_DIR (atomically) and prints the Markdown.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import os
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+from xvocab import records
+
+GROUP = ("target", "draft", "dataset", "temperature", "max_new_tokens", "algorithm", "k")
+BASELINE = ("target", "dataset", "temperature", "max_new_tokens", "device", "dtype", "threads", "top_k", "top_p")
+COLUMNS = ("target", "draft", "dataset", "temperature", "algorithm", "k", "prompts", "ttft_s", "tpot_ms",
+           "tokens_per_s", "speedup", "tau", "acceptance", "per_position", "pass_at_1", "equals_ar")
+
+
+def aggregate(recs: list[dict]) -> list[dict]:
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in recs:
+        groups[tuple(r["config"][f] for f in GROUP) + (tuple(r["config"][f] for f in BASELINE),)].append(r)
+    rows = []
+    for key, rs in groups.items():
+        tokens = sum(r["new_tokens"] for r in rs)
+        wall = sum(r["wall_seconds"] for r in rs)
+        proposed = [sum(r["proposed_per_step"][i] > j for r in rs for i in range(len(r["proposed_per_step"])))
+                    for j in range(max((max(r["proposed_per_step"], default=0) for r in rs), default=0))]
+        kept = [sum(a > j for r in rs for a in r["accepted_per_step"]) for j in range(len(proposed))]
+        total_proposed = sum(sum(r["proposed_per_step"]) for r in rs)
+        row = dict(zip(GROUP, key[:-1]))
+        row.update(
+            baseline_key=key[-1], prompts=len(rs),
+            ttft_s=sum(r["ttft_seconds"] for r in rs) / len(rs),
+            tpot_ms=1e3 * sum(r["tpot_seconds"] for r in rs) / len(rs),
+            tokens_per_s=tokens / wall if wall else 0.0,
+            tau=tokens / sum(r["target_forwards"] for r in rs),
+            acceptance=sum(sum(r["accepted_per_step"]) for r in rs) / total_proposed if total_proposed else None,
+            per_position=[round(k / p, 3) for k, p in zip(kept, proposed)],
+            pass_at_1=(sum(r["passed"] for r in rs) / len(rs)) if all("passed" in r for r in rs) else None,
+            equals_ar=(sum(r["equals_ar"] for r in rs) / len(rs)) if all("equals_ar" in r for r in rs) else None,
+        )
+        rows.append(row)
+    ar = {r["baseline_key"]: r["tokens_per_s"] for r in rows if r["algorithm"] == "ar"}
+    for r in rows:
+        base = ar.get(r["baseline_key"])
+        r["speedup"] = r["tokens_per_s"] / base if base else None
+    rows.sort(key=lambda r: (r["target"], r["dataset"], r["temperature"], r["algorithm"] != "ar", str(r["draft"]),
+                             r["algorithm"], r["k"]))
+    return rows
+
+
+def _fmt(value, digits=2) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    if isinstance(value, list):
+        return " ".join(f"{v:.2f}" for v in value)
+    return str(value)
+
+
+def to_markdown(rows: list[dict]) -> str:
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(_fmt(r[c], 3 if c == "ttft_s" else 2) for c in COLUMNS) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def to_latex(rows: list[dict]) -> str:
+    cols = [c for c in COLUMNS if c != "per_position"]
+    head = " & ".join(c.replace("_", r"\_") for c in cols) + r" \\"
+    body = [" & ".join(_fmt(r[c]).replace("_", r"\_").replace("—", "--") for c in cols) + r" \\" for r in rows]
+    return "\n".join([r"\begin{tabular}{" + "l" * len(cols) + "}", r"\toprule", head, r"\midrule", *body,
+                      r"\bottomrule", r"\end{tabular}"])
+
+
+def to_csv(rows: list[dict]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore")
+    writer.writeheader()
+    for r in rows:
+        writer.writerow({**r, "per_position": json.dumps(r["per_position"])})
+    return buf.getvalue()
+
+
+def write_atomic(path: Path, text: str) -> None:
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(fh.name, path)
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(prog="python -m experiments.report", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("results_dirs", nargs="+", type=Path)
+    args = parser.parse_args(argv)
+    recs = [r for d in args.results_dirs for r in records.read(d / "records.jsonl")]
+    if not recs:
+        parser.error(f"no records under {', '.join(map(str, args.results_dirs))}: run experiments.run first")
+    rows = aggregate(recs)
+    out = args.results_dirs[0]
+    write_atomic(out / "report.md", to_markdown(rows) + "\n")
+    write_atomic(out / "report.csv", to_csv(rows))
+    write_atomic(out / "report.tex", to_latex(rows) + "\n")
+    print(to_markdown(rows))
+    return rows
+
+
+if __name__ == "__main__":
+    main()
