@@ -124,7 +124,7 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
     _validate(prompt, target_tokenizer, draft, draft_tokenizer, algorithm, k, max_new_tokens, target)
     wall0 = time.perf_counter()
     device = target.get_output_embeddings().weight.device  # where logits land (last GPU under a device_map)
-    generator = torch.Generator(device=device).manual_seed(seed)
+    generator = torch.Generator(device=device).manual_seed(seed)  # verification, on the target's logits device
     t_side = Side(Decoder(target), codec(target_tokenizer), prompt_ids(target_tokenizer, prompt))
     if algorithm == "ar":
         d_side, same, tables = t_side, True, None
@@ -132,8 +132,12 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
         d_side = Side(Decoder(draft), codec(draft_tokenizer), prompt_ids(draft_tokenizer, prompt))
         same = same_vocabulary(target_tokenizer, draft_tokenizer)
         tables = pair_tables(target_tokenizer, draft_tokenizer, _output_vocab(target), _output_vocab(draft))
-        tables = PairTables(*(t.to(device) if isinstance(t, torch.Tensor) else t for t in tables.__dict__.values()))
-    ctx = DraftContext(t_side, d_side, params, generator, same, tables)
+    d_device = (draft if algorithm != "ar" else target).get_output_embeddings().weight.device
+    if tables is not None:
+        tables = PairTables(*(t.to(d_device) if isinstance(t, torch.Tensor) else t for t in tables.__dict__.values()))
+    # Drafting draws from its own generator on the draft's device (a second stream of the same seed).
+    draft_generator = generator if d_device == device else torch.Generator(device=d_device).manual_seed(seed + 1)
+    ctx = DraftContext(t_side, d_side, params, draft_generator, same, tables)
     eos = _eos_ids(target, target_tokenizer)
     stats = Stats(k=k)
     out: list[int] = []

@@ -24,7 +24,7 @@ class Decoder:
         self.cache = DynamicCache()
         self.cached = 0     # tokens held by the cache
         self.forwards = 0   # model calls made
-        self.device = next(model.parameters()).device
+        self.device = model.get_input_embeddings().weight.device  # where input ids go (first GPU under a device_map)
 
     @torch.inference_mode()
     def step(self, full_ids: list[int], extra: list[int] = ()) -> torch.Tensor:
