@@ -11,7 +11,8 @@ PY := .venv/bin/python
 setup: .venv/done
 
 demo: setup
-	$(PY) -m xvocab.demo
+	$(PY) -m experiments.run --multirun +experiment=main
+	$(PY) -m experiments.report results/main
 
 test: setup
 	$(PY) -m pytest -q

@@ -1,0 +1,1 @@
+"""Figure and table scripts. They read aggregated results (CSV under results/), never models."""

@@ -1,0 +1,137 @@
+"""Configs compose, every experiment runs as a real multirun on tiny models, records resume, reports add up."""
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from experiments import report, run
+from xvocab import records
+
+ROOT = Path(__file__).resolve().parent.parent
+CONF = ROOT / "conf"
+EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+GROUPS = {g: sorted(p.stem for p in (CONF / g).glob("*.yaml")) for g in ("pair", "algorithm", "dataset")}
+
+
+def _compose(overrides):
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        return compose("config", overrides=overrides, return_hydra_config=True)
+
+
+@pytest.mark.parametrize("override", [f"{g}={o}" for g, opts in GROUPS.items() for o in opts] +
+                         [f"+experiment={e}" for e in EXPERIMENTS])
+def test_every_config_composes(override):
+    cfg = _compose([override])
+    assert cfg.pair.target and cfg.algorithm.name in ("ar", "sd", "slem", "tli", "slrs")
+    assert cfg.dataset.name and cfg.k >= 1 and cfg.max_new_tokens >= 1
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_experiment_runs_as_a_multirun_on_tiny_models(experiment, tmp_path):
+    out = tmp_path / "results"
+    cmd = [sys.executable, "-m", "experiments.run", "--multirun", f"+experiment={experiment}", "pair=tiny",
+           "dataset=tiny", "max_new_tokens=6", "dtype=float32", "device=cpu", "threads=1", "warmup=0",
+           f"results_dir={out}", f"hydra.sweep.dir={tmp_path / 'multirun'}"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    recs = records.read(out / "records.jsonl")
+    sweep = _compose([f"+experiment={experiment}"]).hydra.sweeper.params
+    algorithms = set(str(sweep["algorithm"]).split(","))
+    assert {r["config"]["algorithm"] for r in recs} >= algorithms
+    assert {r["prompt_id"] for r in recs} == {"tiny/0", "tiny/1"}
+    greedy = [r for r in recs if r["config"]["temperature"] == 0 and r["config"]["algorithm"] != "ar"]
+    assert greedy and all(r["equals_ar"] for r in greedy)
+    for r in recs:
+        assert r["git_revision"] and r["torch"] and r["config_hash"] == records.config_hash(r["config"])
+
+
+def _cfg(tmp_path, algorithm="slem", temperature=0.0):
+    cfg = _compose([f"algorithm={algorithm}", "pair=tiny", "dataset=tiny", "max_new_tokens=6", "device=cpu",
+                    "threads=1", "warmup=0", f"temperature={temperature}", f"results_dir={tmp_path}"])
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(cfg, resolve=False) | {"results_dir": str(tmp_path)}
+
+
+def test_killed_sweep_resumes_and_loses_nothing(tmp_path):
+    cfg = _cfg(tmp_path)
+    cfg.pop("hydra", None)
+    path = run.run(cfg)
+    full = records.read(path)
+    assert len(full) == 4  # 2 prompts x (slem + its ar check)
+    # Simulate a kill: the last record is cut mid-line.
+    raw = path.read_bytes()
+    lines = raw.splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:-1]) + lines[-1][: len(lines[-1]) // 2])
+    assert len(records.read(path)) == 3
+    run.run(cfg)
+    again = records.read(path)
+    assert len(again) == 4
+    assert sorted((r["config_hash"], r["prompt_id"]) for r in again) == \
+        sorted((r["config_hash"], r["prompt_id"]) for r in full)
+    run.run(cfg)  # nothing left to do: nothing is appended
+    assert len(records.read(path)) == 4
+
+
+def _fake(alg, k, tokens, forwards, wall, accepted, proposed, **extra):
+    config = {"target": "T", "draft": None if alg == "ar" else "D", "algorithm": alg, "dataset": "humaneval",
+              "k": k, "temperature": 0.0, "top_k": 0, "top_p": 1.0, "max_new_tokens": tokens, "seed": 0,
+              "device": "cpu", "dtype": "float32", "threads": 2}
+    return {"config": config, "config_hash": records.config_hash(config), "prompt_id": "p", "new_tokens": tokens,
+            "target_forwards": forwards, "wall_seconds": wall, "ttft_seconds": 0.1, "tpot_seconds": 0.01,
+            "accepted_per_step": accepted, "proposed_per_step": proposed, "passed": True, **extra}
+
+
+def test_report_on_a_fixture_of_records(tmp_path):
+    recs = [_fake("ar", 0, 10, 10, 2.0, [0] * 10, [0] * 10),
+            _fake("slem", 4, 10, 4, 1.0, [4, 2, 0, 0], [4, 4, 4, 4], equals_ar=True)]
+    for r in recs:
+        records.append(tmp_path / "records.jsonl", r)
+    rows = {r["algorithm"]: r for r in report.main([str(tmp_path)])}
+    assert rows["ar"]["speedup"] == 1.0
+    assert rows["slem"]["speedup"] == pytest.approx(2.0)   # 10 tok/s against 5 tok/s
+    assert rows["slem"]["tau"] == pytest.approx(2.5)       # 10 tokens / 4 target forwards
+    assert rows["slem"]["acceptance"] == pytest.approx(6 / 16)
+    assert rows["slem"]["per_position"] == [0.5, 0.5, 0.25, 0.25]
+    assert rows["slem"]["equals_ar"] == 1.0 and rows["slem"]["pass_at_1"] == 1.0
+    for name in ("report.md", "report.csv", "report.tex"):
+        assert (tmp_path / name).read_text().strip()
+    with open(tmp_path / "report.csv", newline="") as fh:
+        csv_rows = {r["algorithm"]: r for r in csv.DictReader(fh)}
+    assert json.loads(csv_rows["slem"]["per_position"]) == [0.5, 0.5, 0.25, 0.25]
+
+
+def test_unloadable_dataset_says_which_work_offline(monkeypatch):
+    from experiments import datasets
+    from xvocab.errors import ConfigError
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ConfigError, match="humaneval, tiny"):
+        datasets.load("cnn_dailymail", 2)
+
+
+def test_humaneval_check_executes_completions():
+    from experiments import humaneval
+    from xvocab import zoo
+
+    problem = zoo.dataset("humaneval")[0]
+    assert humaneval.passes(problem, problem["canonical_solution"])
+    assert not humaneval.passes(problem, "    return False\n")
+    assert humaneval.truncate("    return 1\n\ndef other():\n    pass") == "    return 1\n"
+
+
+def test_figures_are_made_from_aggregated_results_only(tmp_path):
+    from paper_figs import figures
+
+    for r in [_fake("ar", 0, 10, 10, 2.0, [0] * 10, [0] * 10),
+              _fake("tli", 4, 10, 5, 1.25, [4, 1, 0, 0, 1], [4, 4, 4, 4, 4], equals_ar=True)]:
+        records.append(tmp_path / "records.jsonl", r)
+    report.main([str(tmp_path)])
+    paths = figures.main([str(tmp_path / "report.csv"), "--pairs", str(ROOT / "results" / "pair_report.csv"),
+                          "--out", str(tmp_path / "figs")])
+    assert len(paths) == 8 and all(p.stat().st_size > 1000 for p in paths)
+    assert "torch" not in Path(figures.__file__).read_text()  # figure code never touches models
