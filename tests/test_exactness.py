@@ -245,6 +245,22 @@ def test_bad_input_names_the_fix(tiny_pairs, kwargs, match):
         generate(args.pop("prompt"), **args)
 
 
+def test_zero_probability_token_is_never_accepted_even_when_u_is_zero(monkeypatch):
+    """torch.rand can return exactly 0.0; acceptance must still be impossible where p = 0."""
+    monkeypatch.setattr(torch, "rand", lambda n, generator=None, device=None: torch.zeros(n, device=device))
+    p = torch.tensor([[0.0, 1.0], [0.5, 0.5]])
+    r = torch.tensor([[1.0, 0.0]])
+    for verify in (rejection_verify, rejection_verify_reference):
+        assert verify(p, r, torch.tensor([0]), torch.Generator().manual_seed(0)) == (0, 1)
+
+
+def test_sampler_never_draws_a_zero_probability_token():
+    probs = torch.zeros(4, 1000)
+    probs[:, 7] = 1.0
+    gen = torch.Generator().manual_seed(0)
+    assert all(int(x) == 7 for _ in range(200) for x in sample(probs, gen))
+
+
 def test_top_k_top_p_processing():
     logits = torch.tensor([3.0, 2.0, 1.0, 0.0])
     probs = logits_to_probs(logits, SamplingParams(temperature=1.0, top_k=2))

@@ -56,4 +56,6 @@ def logits_to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tenso
 def sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """probs [..., V] -> ids [...] by the exponential race; exact for any distribution, one-hot included."""
     noise = torch.empty_like(probs).exponential_(generator=generator)
+    # A zero draw would make 0 / 0 = nan for zero-probability tokens, and argmax picks nan.
+    noise.clamp_min_(torch.finfo(noise.dtype).tiny)
     return (probs / noise).argmax(-1)

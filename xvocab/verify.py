@@ -36,7 +36,9 @@ def rejection_verify(target_probs: torch.Tensor,   # [n + 1, V] p at each propos
     idx = torch.arange(n, device=proposed.device)
     p = target_probs[idx, proposed]
     r = proposal_probs[idx, proposed]
-    rejected = uniform * r > p  # accept iff u < p / r, written without division
+    # Accept iff u < p / r (u uniform on [0, 1)), written without division. The comparison is strict:
+    # torch.rand can return exactly 0, and a token with p = 0 must still be rejected then.
+    rejected = uniform * r >= p
     n_accepted = int(rejected.int().argmax()) if bool(rejected.any()) else n  # the one host sync
     if n_accepted < n:
         residual = (target_probs[n_accepted] - proposal_probs[n_accepted]).clamp_min(0)
@@ -53,7 +55,7 @@ def rejection_verify_reference(target_probs, proposal_probs, proposed, generator
     for i in range(n):
         x = int(proposed[i])
         p, r = float(target_probs[i, x]), float(proposal_probs[i, x])
-        if float(uniform[i]) * r > p:  # rejected: draw from the residual
+        if float(uniform[i]) * r >= p:  # rejected (u >= p / r): draw from the residual
             residual = (target_probs[i] - proposal_probs[i]).clamp_min(0)
             dist = residual / residual.sum() if residual.sum() > 0 else target_probs[i]
             return i, int(sample(dist, generator))
