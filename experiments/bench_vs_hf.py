@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 import xvocab
+from experiments.run import load_pair
 from xvocab import records
 
 
@@ -95,7 +96,7 @@ def main(argv=None):
     parser.add_argument("--out", type=Path, default=Path("results/bench_vs_hf"))
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    models = xvocab.load_pair(*args.pair, device="cpu")
+    models = load_pair(args.pair[0], args.pair[1], "float32", "cpu", None)  # zoo names, paths, tiny:/mirror:
     clock = ForwardClock(models[0], models[2])
     methods = ["hf_ar", "xvocab_ar", "hf_assisted", "xvocab_slem", "xvocab_tli"]
     rows, findings = [], []

@@ -135,3 +135,16 @@ def test_figures_are_made_from_aggregated_results_only(tmp_path):
                           "--out", str(tmp_path / "figs")])
     assert len(paths) == 8 and all(p.stat().st_size > 1000 for p in paths)
     assert "torch" not in Path(figures.__file__).read_text()  # figure code never touches models
+
+
+def test_bench_vs_hf_runs_side_by_side_on_tiny_models(tmp_path):
+    from experiments import bench_vs_hf
+
+    table, findings = bench_vs_hf.main(["--pair", "tiny:starcoder:1", "mirror:refact", "--prompts", "1", "--reps", "1",
+                                        "--max-new-tokens", "8", "--threads", "1", "--out", str(tmp_path)])
+    methods = {t["method"] for t in table}
+    assert {"hf_ar", "xvocab_ar", "xvocab_slem", "xvocab_tli"} <= methods
+    assert not [f for f in findings if f.startswith("xvocab")]  # xvocab's greedy outputs equal the target alone
+    by = {t["method"]: t for t in table}
+    assert by["xvocab_ar"]["tau"] == pytest.approx(1.0) and by["hf_ar"]["tau"] == pytest.approx(1.0)
+    assert list(tmp_path.glob("*.md")) and list(tmp_path.glob("*.jsonl"))
