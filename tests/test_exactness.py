@@ -13,7 +13,7 @@ import xvocab
 from xvocab import engine
 from xvocab.engine import generate
 from xvocab.sampling import SamplingParams, logits_to_probs, sample
-from xvocab.verify import (exact_match_verify, exact_match_verify_reference, rejection_verify,
+from xvocab.verify import (exact_match_verify, exact_match_verify_reference, greedy_verify, rejection_verify,
                            rejection_verify_reference)
 from xvocab.zoo.tiny import mirror_model
 
@@ -116,6 +116,21 @@ def test_fast_verifiers_equal_references_draw_for_draw():
         assert rejection_verify(p, r, proposed, g1) == rejection_verify_reference(p, r, proposed, g2)
         g1, g2 = torch.Generator().manual_seed(trial), torch.Generator().manual_seed(trial)
         assert exact_match_verify(p, proposed, g1) == exact_match_verify_reference(p, proposed, g2)
+
+
+def test_greedy_verify_equals_both_rules_on_one_hot_distributions():
+    gen = torch.Generator().manual_seed(1)
+    for trial in range(300):
+        n = trial % 6
+        logits = torch.randn(n + 1, 9, generator=gen)
+        proposed = torch.randint(0, 9, (n,), generator=gen)
+        if n and trial % 2:  # make some prefixes agree with the argmax
+            proposed[: n // 2 + 1] = logits[: n // 2 + 1].argmax(-1)
+        p = logits_to_probs(logits, SamplingParams())           # one-hot at the argmax
+        r = torch.nn.functional.one_hot(proposed, 9).float()    # a greedy draft's distribution
+        expected = greedy_verify(logits, proposed)
+        assert rejection_verify(p, r, proposed, torch.Generator().manual_seed(trial)) == expected
+        assert exact_match_verify(p, proposed, torch.Generator().manual_seed(trial)) == expected
 
 
 def _first_token_distribution(verify, p, r, n_trials, seed):

@@ -27,7 +27,7 @@ from xvocab.kv import Decoder
 from xvocab.sampling import SamplingParams, logits_to_probs
 from xvocab.stats import Stats
 from xvocab.tokens import codec
-from xvocab.verify import exact_match_verify, rejection_verify
+from xvocab.verify import exact_match_verify, greedy_verify, rejection_verify
 
 ALGORITHMS = tuple(DRAFTERS)
 
@@ -145,11 +145,13 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
         proposal = DRAFTERS[algorithm](ctx, k)
         proposed = torch.tensor(proposal.ids, dtype=torch.long, device=device)
         logits = t_side.decoder.step(t_side.full(), proposal.ids)  # [n + 1, V]
-        p = logits_to_probs(logits, params)
-        if proposal.probs is None:
-            n_acc, nxt = exact_match_verify(p, proposed, generator)
+        if params.greedy:
+            n_acc, nxt = greedy_verify(logits, proposed)
+        elif proposal.probs is None:
+            n_acc, nxt = exact_match_verify(logits_to_probs(logits, params), proposed, generator)
         else:
-            n_acc, nxt = rejection_verify(p, proposal.probs.to(device), proposed, generator)
+            n_acc, nxt = rejection_verify(logits_to_probs(logits, params), proposal.probs.to(device), proposed,
+                                          generator)
         new = proposal.ids[:n_acc] + [nxt]
         stats.record_step(len(proposal.ids), n_acc, first_token=not out, now=time.perf_counter() - wall0)
         stop = next((i for i, x in enumerate(new) if x in eos), None)

@@ -14,6 +14,10 @@ Two rules, each lossless (output ~ p, the target's distribution):
 * `exact_match_verify` (SLEM): the target draws its own token t_i ~ p_i; c_i is accepted
   iff it equals t_i. Needs no draft probabilities.
 
+At temperature 0 both reduce to `greedy_verify`: p and r are one-hot, so a proposal is
+accepted iff it is the target's argmax, and the next token is the argmax where they
+first differ; it needs neither distributions nor random draws.
+
 Each has a readable per-position reference beside the vectorized path; both consume
 the generator identically, so tests compare them draw for draw.
 """
@@ -80,3 +84,15 @@ def exact_match_verify_reference(target_probs, proposed, generator) -> tuple[int
         if int(own[i]) != x:
             return i, int(own[i])
     return len(proposed), int(own[len(proposed)])
+
+
+def greedy_verify(target_logits: torch.Tensor,  # [n + 1, V]
+                  proposed: torch.Tensor,       # [n] long
+                  ) -> tuple[int, int]:
+    """(number accepted, next token id) at temperature 0: keep proposals while they equal the argmax."""
+    assert target_logits.ndim == 2 and proposed.ndim == 1 and target_logits.shape[0] == proposed.shape[0] + 1
+    own = target_logits.argmax(-1)  # [n + 1]
+    n = proposed.shape[0]
+    mismatch = own[:n] != proposed
+    n_accepted = int(mismatch.int().argmax()) if bool(mismatch.any()) else n
+    return n_accepted, int(own[n_accepted])

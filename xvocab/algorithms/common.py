@@ -8,7 +8,7 @@ import torch
 
 from xvocab.alignment.translate import Stream, sync
 from xvocab.kv import Decoder
-from xvocab.sampling import SamplingParams, logits_to_probs
+from xvocab.sampling import SamplingParams, logits_to_probs, sample
 from xvocab.tokens import ByteCodec
 
 
@@ -53,14 +53,28 @@ class DraftContext:
         self.draft.rewind(keep, append)
         self.align_seconds += time.perf_counter() - start
 
-    def draft_probs(self, logits: torch.Tensor, allowed: torch.Tensor | None = None) -> torch.Tensor:
-        """q [V_draft] from draft logits, optionally restricted to `allowed` [V_draft] bool and renormalized."""
+    def draw(self, logits: torch.Tensor,                 # [V_draft]
+             allowed: torch.Tensor | None = None,         # [V_draft] bool, or None for all ids
+             ) -> tuple[int, torch.Tensor | None]:
+        """A draft id from q (restricted to `allowed`, renormalized), and q itself [V_draft].
+
+        Greedy: the restricted argmax and no q, since every verification rule then reduces to
+        comparing with the target's argmax (xvocab.verify.greedy_verify) and needs no distribution.
+        """
         if allowed is not None:
             logits = logits.masked_fill(~allowed, float("-inf"))
-        return logits_to_probs(logits, self.params)
+        if self.params.greedy:
+            return int(logits.argmax()), None
+        q = logits_to_probs(logits, self.params)
+        return int(sample(q, self.generator)), q
 
 
 @dataclass(frozen=True)
 class Proposal:
     ids: list[int]                      # [n] target-vocabulary ids
     probs: torch.Tensor | None = None   # [n, V_target] distribution each id was drawn from; None: exact match
+
+    @staticmethod
+    def of(ids: list[int], rows: list[torch.Tensor]) -> "Proposal":
+        """Proposal from ids and their distributions (none when drafting was greedy)."""
+        return Proposal(ids, torch.stack(rows) if rows else None)

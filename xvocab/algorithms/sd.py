@@ -7,18 +7,15 @@ Cost: k draft forwards of one token and one target forward of k + 1 positions.
 """
 from __future__ import annotations
 
-import torch
-
 from xvocab.algorithms.common import DraftContext, Proposal
-from xvocab.sampling import sample
 
 
 def draft(ctx: DraftContext, k: int) -> Proposal:
     ids, rows = [], []
     for _ in range(k):
-        q = ctx.draft_probs(ctx.draft.next_logits())  # [V]
-        x = int(sample(q, ctx.generator))
+        x, q = ctx.draw(ctx.draft.next_logits())  # q [V], None when greedy
         ids.append(x)
-        rows.append(q)
+        if q is not None:
+            rows.append(q)
         ctx.draft.rewind(len(ctx.draft.stream.ids), [x])
-    return Proposal(ids, torch.stack(rows))
+    return Proposal.of(ids, rows)

@@ -18,14 +18,12 @@ import time
 
 from xvocab.algorithms.common import DraftContext, Proposal
 from xvocab.alignment.translate import propose
-from xvocab.sampling import sample
 
 
 def draft(ctx: DraftContext, k: int) -> Proposal:
     start_len = len(ctx.draft.stream.ids)
     for _ in range(k):
-        q = ctx.draft_probs(ctx.draft.next_logits())
-        d = int(sample(q, ctx.generator))
+        d, _ = ctx.draw(ctx.draft.next_logits())
         ctx.draft.rewind(len(ctx.draft.stream.ids), [d])
         if ctx.draft.codec.token_bytes[d] is None:  # EOS or another special token ends the draft
             break

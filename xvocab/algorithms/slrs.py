@@ -23,7 +23,6 @@ from __future__ import annotations
 import torch
 
 from xvocab.algorithms.common import DraftContext, Proposal
-from xvocab.sampling import sample
 
 
 def draft(ctx: DraftContext, k: int) -> Proposal:
@@ -32,12 +31,11 @@ def draft(ctx: DraftContext, k: int) -> Proposal:
     text = ctx.target.stream.text
     ids, rows = [], []
     for _ in range(k):
-        q = ctx.draft_probs(ctx.draft.next_logits(), allowed)  # [V_draft]
-        d = int(sample(q, ctx.generator))
-        psi = torch.zeros(ctx.maps.target_vocab, device=q.device).index_add_(0, f[allowed], q[allowed])
+        d, q = ctx.draw(ctx.draft.next_logits(), allowed)  # q [V_draft]; None when greedy
         t = int(f[d])
         ids.append(t)
-        rows.append(psi)
+        if q is not None:  # psi [V_target]
+            rows.append(torch.zeros(ctx.maps.target_vocab, device=q.device).index_add_(0, f[allowed], q[allowed]))
         t_bytes = ctx.target.codec.token_bytes[t]
         if t_bytes is None:  # a special token (EOS by role): nothing can follow it
             break
@@ -46,4 +44,4 @@ def draft(ctx: DraftContext, k: int) -> Proposal:
             ctx.draft.rewind(len(ctx.draft.stream.ids), [d])
         else:
             ctx.sync_draft(text)
-    return Proposal(ids, torch.stack(rows))
+    return Proposal.of(ids, rows)

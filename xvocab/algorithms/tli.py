@@ -17,7 +17,6 @@ from __future__ import annotations
 import torch
 
 from xvocab.algorithms.common import DraftContext, Proposal
-from xvocab.sampling import sample
 
 
 def draft(ctx: DraftContext, k: int) -> Proposal:
@@ -25,10 +24,9 @@ def draft(ctx: DraftContext, k: int) -> Proposal:
     allowed = ctx.maps.draft_mask   # [V_draft] bool
     ids, rows = [], []
     for _ in range(k):
-        q = ctx.draft_probs(ctx.draft.next_logits(), allowed)  # [V_draft], zero outside I
-        d = int(sample(q, ctx.generator))
-        r = torch.zeros(ctx.maps.target_vocab, device=q.device).index_add_(0, d2t[allowed], q[allowed])
+        d, q = ctx.draw(ctx.draft.next_logits(), allowed)  # q [V_draft], zero outside I; None when greedy
         ids.append(int(d2t[d]))
-        rows.append(r)
+        if q is not None:
+            rows.append(torch.zeros(ctx.maps.target_vocab, device=q.device).index_add_(0, d2t[allowed], q[allowed]))
         ctx.draft.rewind(len(ctx.draft.stream.ids), [d])  # bytes(d) == bytes(map(d)): no re-tokenization
-    return Proposal(ids, torch.stack(rows))
+    return Proposal.of(ids, rows)
