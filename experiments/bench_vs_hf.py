@@ -74,7 +74,8 @@ def measure(method, row, args, models, clock, seed):
         alg = method.split("_", 1)[1]
         ids = xvocab.generate(row["prompt"], target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt,
                               algorithm=alg, k=args.k, max_new_tokens=args.max_new_tokens,
-                              temperature=args.temperature, seed=seed).token_ids
+                              temperature=args.temperature, seed=seed,
+                              draft_confidence=args.draft_confidence).token_ids
     wall = time.perf_counter() - start
     n = max(len(ids), 1)
     return {"method": method, "prompt": row["id"], "new_tokens": len(ids), "wall_s": wall, "tokens_per_s": n / wall,
@@ -93,6 +94,8 @@ def main(argv=None):
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--draft-confidence", type=float, default=0.4,
+                        help="xvocab's early draft stop; 0.4 is transformers' assistant_confidence_threshold")
     parser.add_argument("--out", type=Path, default=Path("results/bench_vs_hf"))
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)

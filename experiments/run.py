@@ -58,7 +58,9 @@ def point(cfg: dict, algorithm: str) -> dict:
     return {"target": cfg["pair"]["target"], "draft": None if ar else cfg["pair"]["draft"], "algorithm": algorithm,
             "dataset": cfg["dataset"]["name"], "k": 0 if ar else cfg["k"], "temperature": cfg["temperature"],
             "top_k": cfg["top_k"], "top_p": cfg["top_p"], "max_new_tokens": cfg["max_new_tokens"],
-            "seed": cfg["seed"], "device": _device(cfg["device"]), "dtype": cfg["dtype"], "threads": cfg["threads"]}
+            "seed": cfg["seed"], "device": _device(cfg["device"]), "dtype": cfg["dtype"], "threads": cfg["threads"],
+            # Present only when on, so records made before the option existed keep their hashes.
+            **({"draft_confidence": cfg["draft_confidence"]} if cfg["draft_confidence"] and not ar else {})}
 
 
 def _generate(row, index, cfg, algorithm, models):
@@ -66,7 +68,7 @@ def _generate(row, index, cfg, algorithm, models):
     return xvocab.generate(row["prompt"], target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt,
                            algorithm=algorithm, k=cfg["k"], max_new_tokens=cfg["max_new_tokens"],
                            temperature=cfg["temperature"], top_k=cfg["top_k"], top_p=cfg["top_p"],
-                           seed=cfg["seed"] + index)
+                           seed=cfg["seed"] + index, draft_confidence=cfg["draft_confidence"])
 
 
 def _record(conf: dict, row: dict, index: int, out, cfg: dict) -> dict:

@@ -69,6 +69,18 @@ def test_draft_that_cannot_spell_the_text_still_decodes_exactly():
         assert out.token_ids == ref.token_ids, alg
 
 
+@pytest.mark.parametrize("alg", CROSS)
+def test_early_draft_stop_changes_cost_not_output(tiny_pairs, alg):
+    target, tt, draft, dt = tiny_pairs["starcoder", "refact"]
+    kw = dict(target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt, algorithm=alg, k=6,
+              max_new_tokens=24)
+    ref = generate(PROMPTS[0], target=target, target_tokenizer=tt, algorithm="ar", max_new_tokens=24)
+    full = generate(PROMPTS[0], **kw)
+    early = generate(PROMPTS[0], draft_confidence=0.999, **kw)
+    assert early.token_ids == full.token_ids == ref.token_ids
+    assert max(early.stats.proposed) < 6 <= max(full.stats.proposed)
+
+
 def test_greedy_pairs_exercise_acceptance(tiny_pairs):
     """The equality above is not trivial: across two vocabularies that are not byte-identical, proposals
     are accepted, re-tokenized and rolled back (qwen2/qwen35 would not do: their byte tables coincide,
@@ -250,6 +262,7 @@ def test_sampled_sequence_test_rejects_a_wrong_verifier(tiny_pairs, monkeypatch)
     (dict(draft_tokenizer=None), "no tokenizer"),
     (dict(draft=None), "needs a draft"),
     (dict(algorithm="beam"), "unknown algorithm"),
+    (dict(draft_confidence=1.5), "draft_confidence"),
     (dict(prompt="word " * 5000), "context"),
 ])
 def test_bad_input_names_the_fix(tiny_pairs, kwargs, match):

@@ -43,7 +43,17 @@ class DraftContext:
     generator: torch.Generator
     same_vocab: bool
     maps: object  # the per-pair tables a drafter needs (xvocab.engine.PairTables)
+    draft_confidence: float = 0.0  # stop drafting after a token the draft gives less than this probability
     align_seconds: float = 0.0
+
+    def confident(self, logits: torch.Tensor, allowed: torch.Tensor | None, d: int) -> bool:
+        """Whether to keep drafting after id d: its probability under the (restricted) draft softmax
+        reaches `draft_confidence`. Only how many tokens are proposed changes; never what is emitted."""
+        if self.draft_confidence <= 0:
+            return True
+        if allowed is not None:
+            logits = logits.masked_fill(~allowed, float("-inf"))
+        return float(torch.softmax(logits.float(), -1)[d]) >= self.draft_confidence
 
     def sync_draft(self, text: bytes) -> None:
         """Make the draft spell `text` (re-tokenizing only the boundary), rolling back its cache.

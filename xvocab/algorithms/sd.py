@@ -13,9 +13,12 @@ from xvocab.algorithms.common import DraftContext, Proposal
 def draft(ctx: DraftContext, k: int) -> Proposal:
     ids, rows = [], []
     for _ in range(k):
-        x, q = ctx.draw(ctx.draft.next_logits())  # q [V], None when greedy
+        logits = ctx.draft.next_logits()
+        x, q = ctx.draw(logits)  # q [V], None when greedy
         ids.append(x)
         if q is not None:
             rows.append(q)
         ctx.draft.rewind(len(ctx.draft.stream.ids), [x])
+        if not ctx.confident(logits, None, x):
+            break
     return Proposal.of(ids, rows)

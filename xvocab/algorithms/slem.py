@@ -23,9 +23,12 @@ from xvocab.alignment.translate import propose
 def draft(ctx: DraftContext, k: int) -> Proposal:
     start_len = len(ctx.draft.stream.ids)
     for _ in range(k):
-        d, _ = ctx.draw(ctx.draft.next_logits())
+        logits = ctx.draft.next_logits()
+        d, _ = ctx.draw(logits)
         ctx.draft.rewind(len(ctx.draft.stream.ids), [d])
         if ctx.draft.codec.token_bytes[d] is None:  # EOS or another special token ends the draft
+            break
+        if not ctx.confident(logits, None, d):
             break
     drafted = list(ctx.draft.stream.ids[start_len:])
     if ctx.same_vocab:

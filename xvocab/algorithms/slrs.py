@@ -31,7 +31,8 @@ def draft(ctx: DraftContext, k: int) -> Proposal:
     text = ctx.target.stream.text
     ids, rows = [], []
     for _ in range(k):
-        d, q = ctx.draw(ctx.draft.next_logits(), allowed)  # q [V_draft]; None when greedy
+        logits = ctx.draft.next_logits()
+        d, q = ctx.draw(logits, allowed)  # q [V_draft]; None when greedy
         t = int(f[d])
         ids.append(t)
         if q is not None:  # psi [V_target]
@@ -44,4 +45,6 @@ def draft(ctx: DraftContext, k: int) -> Proposal:
             ctx.draft.rewind(len(ctx.draft.stream.ids), [d])
         else:
             ctx.sync_draft(text)
+        if not ctx.confident(logits, allowed, d):
+            break
     return Proposal.of(ids, rows)

@@ -24,9 +24,12 @@ def draft(ctx: DraftContext, k: int) -> Proposal:
     allowed = ctx.maps.draft_mask   # [V_draft] bool
     ids, rows = [], []
     for _ in range(k):
-        d, q = ctx.draw(ctx.draft.next_logits(), allowed)  # q [V_draft], zero outside I; None when greedy
+        logits = ctx.draft.next_logits()
+        d, q = ctx.draw(logits, allowed)  # q [V_draft], zero outside I; None when greedy
         ids.append(int(d2t[d]))
         if q is not None:
             rows.append(torch.zeros(ctx.maps.target_vocab, device=q.device).index_add_(0, d2t[allowed], q[allowed]))
         ctx.draft.rewind(len(ctx.draft.stream.ids), [d])  # bytes(d) == bytes(map(d)): no re-tokenization
+        if not ctx.confident(logits, allowed, d):
+            break
     return Proposal.of(ids, rows)
