@@ -14,6 +14,7 @@ rows as JSON lines next to it.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import statistics
 import time
@@ -63,11 +64,12 @@ def hf_generate(prompt, target, tt, draft, dt, k, max_new_tokens, temperature, s
     return out[0, ids.shape[1]:].tolist()
 
 
-def measure(method, row, args, models, clock, seed):
+def measure(method, row, args, models, clock, seed, hf_draft):
     target, tt, draft, dt = models
     clock.reset()
     start = time.perf_counter()
     if method.startswith("hf_"):
+        draft = hf_draft
         ids = hf_generate(row["prompt"], target, tt, draft, dt, args.k, args.max_new_tokens, args.temperature, seed,
                           assisted=method == "hf_assisted")
     else:
@@ -100,18 +102,21 @@ def main(argv=None):
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     models = load_pair(args.pair[0], args.pair[1], "float32", "cpu", None)  # zoo names, paths, tiny:/mirror:
-    clock = ForwardClock(models[0], models[2])
+    # transformers' sampling path replaces the assistant's lm_head with a pruned, re-indexed one (a side
+    # effect on the caller's model, recorded in EXPERIMENTS.md): it gets its own copy of the draft.
+    hf_models = (models[0], models[1], copy.deepcopy(models[2]), models[3])
+    clock = ForwardClock(models[0], models[2], hf_models[2])
     methods = ["hf_ar", "xvocab_ar", "hf_assisted", "xvocab_slem", "xvocab_tli"]
     rows, findings = [], []
     prompts = xvocab.zoo.dataset("humaneval")[: args.prompts]
-    measure("xvocab_slem", prompts[0], args, models, clock, 0)  # warm-up, untimed
+    measure("xvocab_slem", prompts[0], args, models, clock, 0, hf_models[2])  # warm-up, untimed
     for rep in range(args.reps):
         order = methods[rep % len(methods):] + methods[: rep % len(methods)]
         for row in prompts:
             ref = None
             for method in order:
                 try:
-                    r = measure(method, row, args, models, clock, seed=rep)
+                    r = measure(method, row, args, models, clock, rep, hf_models[2])
                 except Exception as exc:  # a library failing is a finding, not a skipped row
                     findings.append(f"{method} {row['id']}: {type(exc).__name__}: {str(exc)[:200]}")
                     continue
