@@ -27,8 +27,13 @@ COLUMNS = ("target", "draft", "dataset", "temperature", "algorithm", "k", "promp
 
 
 def aggregate(recs: list[dict]) -> list[dict]:
-    groups: dict[tuple, list[dict]] = defaultdict(list)
+    # Parallel sweep points may both record the same `ar` prompt (a greedy run's check and the ar run
+    # itself): one record per (config, prompt) counts.
+    unique = {}
     for r in recs:
+        unique.setdefault((r["config_hash"], r["prompt_id"]), r)
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in unique.values():
         groups[tuple(r["config"][f] for f in GROUP) + (tuple(r["config"][f] for f in BASELINE),)].append(r)
     rows = []
     for key, rs in groups.items():

@@ -30,6 +30,12 @@ def test_every_config_composes(override):
     assert cfg.dataset.name and cfg.k >= 1 and cfg.max_new_tokens >= 1
 
 
+@pytest.mark.parametrize("launcher", ["local_parallel", "slurm"])
+def test_launchers_compose(launcher):
+    cfg = _compose([f"hydra/launcher={launcher}", "+experiment=real_pair"])
+    assert cfg.hydra.launcher._target_.endswith("Launcher")
+
+
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_every_experiment_runs_as_a_multirun_on_tiny_models(experiment, tmp_path):
     out = tmp_path / "results"
@@ -89,10 +95,11 @@ def _fake(alg, k, tokens, forwards, wall, accepted, proposed, **extra):
 def test_report_on_a_fixture_of_records(tmp_path):
     recs = [_fake("ar", 0, 10, 10, 2.0, [0] * 10, [0] * 10),
             _fake("slem", 4, 10, 4, 1.0, [4, 2, 0, 0], [4, 4, 4, 4], equals_ar=True)]
+    recs.append(dict(recs[0]))  # the same ar prompt recorded twice by parallel sweep points counts once
     for r in recs:
         records.append(tmp_path / "records.jsonl", r)
     rows = {r["algorithm"]: r for r in report.main([str(tmp_path)])}
-    assert rows["ar"]["speedup"] == 1.0
+    assert rows["ar"]["speedup"] == 1.0 and rows["ar"]["prompts"] == 1
     assert rows["slem"]["speedup"] == pytest.approx(2.0)   # 10 tok/s against 5 tok/s
     assert rows["slem"]["tau"] == pytest.approx(2.5)       # 10 tokens / 4 target forwards
     assert rows["slem"]["acceptance"] == pytest.approx(6 / 16)

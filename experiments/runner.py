@@ -1,0 +1,127 @@
+"""`python -m experiments.run [--multirun] key=value ...`: decode a dataset, one record per prompt.
+
+Config groups (conf/): pair, algorithm, dataset; top-level k, temperature, top_p, top_k,
+max_new_tokens, seed, device, dtype. Each prompt appends one JSON record to
+`${results_dir}/records.jsonl`; a rerun skips prompts already recorded for the same
+config hash, so a killed sweep resumes where it stopped. Greedy runs also record `ar`
+for each prompt (measured by the same engine) and whether the outputs are identical;
+HumanEval completions are executed against their tests (pass@1).
+
+    python -m experiments.run --multirun algorithm=ar,slem,tli k=3,5,8 temperature=0,1
+"""
+from __future__ import annotations
+
+import time
+from functools import lru_cache
+from pathlib import Path
+
+import hydra
+import torch
+from omegaconf import DictConfig, OmegaConf
+from tqdm import tqdm
+
+import xvocab
+from experiments import datasets, humaneval
+from xvocab import records, zoo
+from xvocab.zoo.tiny import mirror_model
+
+
+def _device(name: str) -> str:
+    return ("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name
+
+
+@lru_cache(maxsize=4)
+def load_model(spec: str, dtype: str, device: str, device_map: str | None):
+    """(model, tokenizer) for a zoo name, hub id, path, or `tiny:TOKENIZER[:SEED]`."""
+    if spec.startswith("tiny:"):
+        _, tok_name, *seed = spec.split(":")
+        tok = zoo.tokenizer(tok_name)
+        return zoo.tiny_model(tok, seed=int(seed[0]) if seed else 0).to(device=device, dtype=getattr(torch, dtype)), tok
+    return zoo.model(spec, dtype=dtype, device=device, device_map=device_map)
+
+
+@lru_cache(maxsize=4)
+def load_pair(target: str, draft: str | None, dtype: str, device: str, device_map: str | None):
+    t_model, t_tok = load_model(target, dtype, device, device_map)
+    if draft is None:
+        return t_model, t_tok, None, None
+    if draft.startswith("mirror:"):
+        d_tok = zoo.tokenizer(draft.split(":", 1)[1])
+        return t_model, t_tok, mirror_model(t_model, t_tok, d_tok), d_tok
+    d_model, d_tok = load_model(draft, dtype, device, None)
+    return t_model, t_tok, d_model, d_tok
+
+
+def point(cfg: dict, algorithm: str) -> dict:
+    """The config fields that determine a record's output and timing (hashed to key records)."""
+    ar = algorithm == "ar"
+    return {"target": cfg["pair"]["target"], "draft": None if ar else cfg["pair"]["draft"], "algorithm": algorithm,
+            "dataset": cfg["dataset"]["name"], "k": 0 if ar else cfg["k"], "temperature": cfg["temperature"],
+            "top_k": cfg["top_k"], "top_p": cfg["top_p"], "max_new_tokens": cfg["max_new_tokens"],
+            "seed": cfg["seed"], "device": _device(cfg["device"]), "dtype": cfg["dtype"], "threads": cfg["threads"],
+            # Present only when on, so records made before the option existed keep their hashes.
+            **({"draft_confidence": cfg["draft_confidence"]} if cfg["draft_confidence"] and not ar else {})}
+
+
+def _generate(row, index, cfg, algorithm, models):
+    target, tt, draft, dt = models
+    return xvocab.generate(row["prompt"], target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt,
+                           algorithm=algorithm, k=cfg["k"], max_new_tokens=cfg["max_new_tokens"],
+                           temperature=cfg["temperature"], top_k=cfg["top_k"], top_p=cfg["top_p"],
+                           seed=cfg["seed"] + index, draft_confidence=cfg["draft_confidence"])
+
+
+def _record(conf: dict, row: dict, index: int, out, cfg: dict) -> dict:
+    rec = {"config": conf, "config_hash": records.config_hash(conf), "prompt_id": row["id"], "prompt_index": index,
+           "token_ids": out.token_ids, "text": out.text, **out.stats.summary(), **records.environment()}
+    if cfg["dataset"]["name"] == "humaneval" and cfg["execute_tests"]:
+        rec["passed"] = humaneval.passes(row, out.text)
+    return rec
+
+
+def run(cfg: dict) -> Path:
+    """Run one sweep point; return the records file."""
+    torch.set_num_threads(cfg["threads"])
+    algorithm = cfg["algorithm"]["name"]
+    device = _device(cfg["device"])
+    path = Path(cfg["results_dir"]) / "records.jsonl"
+    conf, ar_conf = point(cfg, algorithm), point(cfg, "ar")
+    key, ar_key = records.config_hash(conf), records.config_hash(ar_conf)
+    done = {(r["config_hash"], r["prompt_id"]): r for r in records.read(path)}
+    rows = datasets.load(cfg["dataset"]["name"], cfg["dataset"]["limit"])
+    todo = [(i, row) for i, row in enumerate(rows) if (key, row["id"]) not in done]
+    print(f"{algorithm} on {conf['target']} <- {conf['draft']}: {len(rows) - len(todo)} of {len(rows)} prompts "
+          f"already in {path}")
+    if not todo:
+        return path
+    draft = None if algorithm == "ar" else cfg["pair"]["draft"]
+    models = load_pair(cfg["pair"]["target"], draft, cfg["dtype"], device, cfg["pair"]["device_map"])
+    greedy_check = cfg["check_ar"] and cfg["temperature"] == 0 and algorithm != "ar"
+    ar_models = load_pair(cfg["pair"]["target"], None, cfg["dtype"], device, cfg["pair"]["device_map"])
+    for _ in range(cfg["warmup"]):  # untimed: first-call allocations and kernel selection
+        _generate(rows[0], 0, {**cfg, "max_new_tokens": min(8, cfg["max_new_tokens"])}, algorithm, models)
+    tokens = forwards = 0
+    seconds = 0.0
+    bar = tqdm(todo, desc=f"{algorithm} k={conf['k']} T={conf['temperature']}", unit="prompt")
+    for index, row in bar:
+        out = _generate(row, index, cfg, algorithm, models)
+        rec = _record(conf, row, index, out, cfg)
+        if greedy_check:
+            ar_rec = done.get((ar_key, row["id"]))
+            if ar_rec is None:
+                ar_rec = _record(ar_conf, row, index, _generate(row, index, cfg, "ar", ar_models), cfg)
+                records.append(path, ar_rec)
+                done[ar_key, row["id"]] = ar_rec
+            rec["equals_ar"] = rec["token_ids"] == ar_rec["token_ids"]
+        records.append(path, rec)
+        tokens, forwards, seconds = tokens + out.stats.new_tokens, forwards + out.stats.target_forwards, \
+            seconds + out.stats.wall_seconds
+        bar.set_postfix(tau=f"{tokens / forwards:.2f}", tok_s=f"{tokens / seconds:.1f}")
+    return path
+
+
+@hydra.main(config_path=str(Path(__file__).resolve().parent.parent / "conf"), config_name="config", version_base=None)
+def main(cfg: DictConfig) -> None:
+    start = time.perf_counter()
+    path = run(OmegaConf.to_container(cfg, resolve=True))
+    print(f"records: {path} ({time.perf_counter() - start:.0f} s)")
