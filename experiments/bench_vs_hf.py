@@ -160,7 +160,7 @@ def main(argv=None):
     text = "\n".join(lines)
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = f"{args.pair[0]}__{args.pair[1]}__T{args.temperature:g}"
+    stem = f"{args.pair[0]}__{args.pair[1]}__T{args.temperature:g}".replace(":", "-").replace("/", "_")
     (args.out / f"{stem}.md").write_text(text + "\n")
     with open(args.out / f"{stem}.jsonl", "w") as fh:
         for r in rows:
