@@ -6,6 +6,10 @@ dataset, temperature, device, dtype and threads, and the acceptance columns the 
 lacks (tau, acceptance rate, per-position acceptance), plus pass@1 and the share of
 greedy outputs identical to `ar`. Writes report.md, report.csv and report.tex into the
 first RESULTS_DIR (atomically) and prints the Markdown.
+
+Where a RESULTS_DIR holds `costs.jsonl` (from `experiments.costs`), rows of a measured (target,
+draft, k) also get c, v, the bound tau / (k c + v) and the efficiency speedup / bound (the
+paper's bound tau / (1 + k c) assumes v = 1; it is in the CSV as bound_paper).
 """
 from __future__ import annotations
 
@@ -24,6 +28,23 @@ GROUP = ("target", "draft", "dataset", "temperature", "max_new_tokens", "algorit
 BASELINE = ("target", "dataset", "temperature", "max_new_tokens", "device", "dtype", "threads", "top_k", "top_p")
 COLUMNS = ("target", "draft", "dataset", "temperature", "algorithm", "k", "prompts", "ttft_s", "tpot_ms",
            "tokens_per_s", "speedup", "tau", "acceptance", "per_position", "pass_at_1", "equals_ar")
+COST_COLUMNS = ("c", "v", "bound", "efficiency")
+
+
+def add_costs(rows: list[dict], costs: list[dict]) -> bool:
+    """Join the latest cost record of each (target, draft, k) to `rows`; True if any matched."""
+    latest = {(c["target"], c["draft"], c["k"]): c for c in costs}
+    matched = False
+    for r in rows:
+        cost = latest.get((r["target"], r["draft"], r["k"]))
+        if cost is None:
+            continue
+        matched = True
+        r["c"], r["v"] = cost["c"], cost["v"]
+        r["bound"] = r["tau"] / (r["k"] * cost["c"] + cost["v"])
+        r["bound_paper"] = r["tau"] / (1 + r["k"] * cost["c"])
+        r["efficiency"] = r["speedup"] / r["bound"] if r["speedup"] is not None else None
+    return matched
 
 
 def aggregate(recs: list[dict]) -> list[dict]:
@@ -75,23 +96,24 @@ def _fmt(value, digits=2) -> str:
     return str(value)
 
 
-def to_markdown(rows: list[dict]) -> str:
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(_fmt(r[c], 3 if c == "ttft_s" else 2) for c in COLUMNS) + " |" for r in rows]
+def to_markdown(rows: list[dict], columns=COLUMNS) -> str:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(_fmt(r.get(c), 3 if c in ("ttft_s", "c") else 2) for c in columns) + " |"
+              for r in rows]
     return "\n".join(lines)
 
 
-def to_latex(rows: list[dict]) -> str:
-    cols = [c for c in COLUMNS if c != "per_position"]
+def to_latex(rows: list[dict], columns=COLUMNS) -> str:
+    cols = [c for c in columns if c != "per_position"]
     head = " & ".join(c.replace("_", r"\_") for c in cols) + r" \\"
-    body = [" & ".join(_fmt(r[c]).replace("_", r"\_").replace("—", "--") for c in cols) + r" \\" for r in rows]
+    body = [" & ".join(_fmt(r.get(c)).replace("_", r"\_").replace("—", "--") for c in cols) + r" \\" for r in rows]
     return "\n".join([r"\begin{tabular}{" + "l" * len(cols) + "}", r"\toprule", head, r"\midrule", *body,
                       r"\bottomrule", r"\end{tabular}"])
 
 
-def to_csv(rows: list[dict]) -> str:
+def to_csv(rows: list[dict], columns=COLUMNS) -> str:
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore")
+    writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore")
     writer.writeheader()
     for r in rows:
         writer.writerow({**r, "per_position": json.dumps(r["per_position"])})
@@ -113,11 +135,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if not recs:
         parser.error(f"no records under {', '.join(map(str, args.results_dirs))}: run experiments.run first")
     rows = aggregate(recs)
+    costs = [c for d in args.results_dirs for c in records.read(d / "costs.jsonl")]
+    columns = COLUMNS + COST_COLUMNS if add_costs(rows, costs) else COLUMNS
     out = args.results_dirs[0]
-    write_atomic(out / "report.md", to_markdown(rows) + "\n")
-    write_atomic(out / "report.csv", to_csv(rows))
-    write_atomic(out / "report.tex", to_latex(rows) + "\n")
-    print(to_markdown(rows))
+    write_atomic(out / "report.md", to_markdown(rows, columns) + "\n")
+    write_atomic(out / "report.csv", to_csv(rows, columns + (("bound_paper",) if columns != COLUMNS else ())))
+    write_atomic(out / "report.tex", to_latex(rows, columns) + "\n")
+    print(to_markdown(rows, columns))
     return rows
 
 

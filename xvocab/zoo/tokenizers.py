@@ -97,11 +97,14 @@ def load_converted(directory: Path):
 
 
 def tokenizer(name: str):
-    """A fast tokenizer for a zoo tokenizer name, a zoo model name (its tokenizer), a hub id or a local directory."""
-    from xvocab.zoo.models import MODELS, model_tokenizer  # models import this module
+    """A fast tokenizer for a zoo tokenizer name, a zoo model or drafter name (its tokenizer), a hub id or a local
+    directory."""
+    from xvocab.zoo.models import DRAFTERS_DIR, MODELS, checkpoint_tokenizer, drafter_names, model_tokenizer
 
     if name in MODELS:
         return model_tokenizer(name)
+    if name in drafter_names():
+        return checkpoint_tokenizer(str(DRAFTERS_DIR / name))
     if name not in TOKENIZERS and is_external(name):
         from transformers import AutoTokenizer
 

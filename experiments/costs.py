@@ -1,0 +1,55 @@
+"""`python -m experiments.costs TARGET DRAFT [DRAFT ...] --k 2 3 4 --out results/drafter`: forward costs.
+
+Measures, in one process with pinned threads, each model's one-token forward after a warm
+cache and the target's (k+1)-token verification forward (xvocab.cost), and appends one record
+per (draft, k) to OUT/costs.jsonl: target_ms, draft_ms, verify_ms, c = draft/target and
+v = verify/target. `experiments.report` joins these to its rows to print the speedup bounds
+tau / (1 + k c) (the paper's) and tau / (k c + v) (with the measured verification), and the
+efficiency: the measured speedup over the latter.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+
+from experiments.runner import load_model
+from xvocab import records
+from xvocab.cost import forward_ms
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(prog="python -m experiments.costs", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("target")
+    parser.add_argument("drafts", nargs="+")
+    parser.add_argument("--k", type=int, nargs="+", default=[4])
+    parser.add_argument("--context", type=int, default=128, help="cached tokens before the timed forward")
+    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--out", type=Path, required=True, help="results directory; appends costs.jsonl")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    target, _ = load_model(args.target, "float32", args.device, None)
+    target_ms = forward_ms(target, new_tokens=1, context=args.context, reps=args.reps)
+    verify = {k: forward_ms(target, new_tokens=k + 1, context=args.context, reps=args.reps) for k in args.k}
+    rows, env = [], records.environment()
+    for name in args.drafts:
+        draft, _ = load_model(name, "float32", args.device, None)
+        draft_ms = forward_ms(draft, new_tokens=1, context=args.context, reps=args.reps)
+        for k in args.k:
+            row = {"target": args.target, "draft": name, "k": k, "target_ms": round(target_ms, 2),
+                   "draft_ms": round(draft_ms, 2), "verify_ms": round(verify[k], 2),
+                   "c": round(draft_ms / target_ms, 4), "v": round(verify[k] / target_ms, 3),
+                   "threads": args.threads, "device": args.device, "context": args.context, **env}
+            records.append(args.out / "costs.jsonl", row)
+            rows.append(row)
+            print(f"{name:45s} k={k}  draft {draft_ms:7.2f} ms  target {target_ms:7.2f} ms  "
+                  f"verify {verify[k]:7.2f} ms  c={row['c']:.3f}  v={row['v']:.2f}")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""`python -m experiments.train_drafter target=gemma-3-270m draft_tokenizer=deepseek-coder`: distil a drafter.
+
+Runs xvocab.drafter's stages with the settings of conf/train_drafter.yaml: the target continues
+standard-library code prompts (teacher text, resumable shards), then a small Llama-architecture
+student with the chosen tokenizer is trained on that text (resumable checkpoints) and saved as a
+Hugging Face checkpoint at `out_dir`, with its training log and loss curve beside it.
+
+    python -m experiments.train_drafter stage=teacher teacher.time_budget_s=1800   # data only, 30 min
+    python -m experiments.train_drafter draft_tokenizer=llama-spm student.steps=2000
+"""
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+
+import hydra
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from experiments.runner import load_model
+from xvocab import zoo
+from xvocab.drafter import code_prompts, generate_teacher_text
+from xvocab.drafter.teacher import length_buckets
+from xvocab.errors import ConfigError
+
+CONF = str(Path(__file__).resolve().parent.parent / "conf")
+STAGES = ("teacher", "student", "all")
+
+
+def _device(name: str) -> str:
+    return ("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name
+
+
+def teacher_stage(cfg: DictConfig, device: str) -> Path:
+    t = cfg.teacher
+    entry_points = {row["entry_point"] for row in zoo.dataset("humaneval")}
+    prompts = code_prompts(seed=cfg.seed, exclude_names=entry_points, max_chars=t.max_prompt_chars)[:t.n_prompts]
+    prompts = length_buckets(prompts, window=8 * t.batch_size)  # less padding per batch
+    target, tokenizer = load_model(cfg.target, t.dtype, device, None)
+    meta = {"target": cfg.target, "prompts": "python-stdlib", "python": platform.python_version(),
+            "max_prompt_chars": t.max_prompt_chars, "dtype": t.dtype, "order": "length-bucketed x8"}
+    return generate_teacher_text(target, tokenizer, prompts, Path(cfg.work_dir) / "teacher", batch_size=t.batch_size,
+                                 max_new_tokens=t.max_new_tokens, sample_fraction=t.sample_fraction,
+                                 temperature=t.temperature, seed=cfg.seed, meta=meta, time_budget_s=t.time_budget_s)
+
+
+def student_stage(cfg: DictConfig, device: str) -> Path:
+    from xvocab.drafter.train import run_student_stage
+
+    return run_student_stage(cfg, device)
+
+
+@hydra.main(version_base=None, config_path=CONF, config_name="train_drafter")
+def main(cfg: DictConfig) -> None:
+    if cfg.stage not in STAGES:
+        raise ConfigError(f"stage={cfg.stage!r}; choose one of {', '.join(STAGES)}")
+    torch.set_num_threads(cfg.threads)
+    device = _device(cfg.device)
+    print(OmegaConf.to_yaml(cfg, resolve=True))
+    if cfg.stage in ("teacher", "all"):
+        teacher_stage(cfg, device)
+    if cfg.stage in ("student", "all"):
+        print(f"drafter saved at {student_stage(cfg, device)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+"""The drafter pipeline: prompts never overlap the evaluation set, batched teacher text equals the
+target's own greedy decoding, training resumes bit-exactly, the checkpoint loads back as a draft,
+and the shipped drafter is lossless on real HumanEval prompts."""
+import ast
+import json
+
+import pytest
+import torch
+
+from xvocab import generate, zoo
+from xvocab.drafter import code_prompts, generate_teacher_text, read_teacher_text
+from xvocab.drafter.student import (StudentShape, batch_rows, build_student, encode_documents, lr_at, save_student,
+                                    train_student)
+from xvocab.drafter.teacher import continue_batch
+from xvocab.errors import ConfigError
+
+
+def test_prompts_are_humaneval_style_deterministic_and_exclude_the_evaluation_set():
+    humaneval = zoo.dataset("humaneval")
+    names = {row["entry_point"] for row in humaneval}
+    a = code_prompts(seed=0, exclude_names=names, max_chars=1200)
+    b = code_prompts(seed=0, exclude_names=names, max_chars=1200)
+    assert a == b and len(a) > 1000
+    assert {r["prompt"] for r in a}.isdisjoint(r["prompt"] for r in humaneval)
+    defined = {r["id"].rsplit(":", 1)[1] for r in a}
+    assert defined.isdisjoint(names)
+    for r in a[:200]:
+        assert r["prompt"].startswith(("def ", "async def ")) and r["prompt"].endswith("\n")
+        assert len(r["prompt"]) <= 1200
+        fn = ast.parse(r["prompt"] + "    pass\n").body[0]  # a signature and a docstring, nothing else
+        assert isinstance(fn.body[0].value.value, str) and isinstance(fn.body[1], ast.Pass) and len(fn.body) == 2
+    # Excluding a name really removes it (negative control: without exclusion it is there).
+    some = a[0]["id"].rsplit(":", 1)[1]
+    assert some not in {r["id"].rsplit(":", 1)[1] for r in code_prompts(seed=0, exclude_names={some}, max_chars=1200)}
+
+
+@pytest.fixture(scope="module")
+def tiny_target():
+    tok = zoo.tokenizer("llama-spm")
+    return zoo.tiny_model(tok, seed=3), tok
+
+
+def test_batched_teacher_greedy_equals_the_targets_own_decoding(tiny_target):
+    target, tok = tiny_target
+    prompts = ["def add(a, b):\n    return", "x", "import os\n\n\ndef walk(path):\n    \"\"\"List files.\"\"\"\n"]
+    texts, n = continue_batch(target, tok, prompts, max_new_tokens=12, temperature=0.0,
+                              generator=torch.Generator().manual_seed(0))
+    assert n == 36
+    for prompt, text in zip(prompts, texts):  # left padding changes nothing: each row is its prompt alone
+        assert text == generate(prompt, target=target, target_tokenizer=tok, algorithm="ar", max_new_tokens=12).text
+
+
+def test_teacher_shards_resume_and_refuse_other_settings(tiny_target, tmp_path):
+    target, tok = tiny_target
+    prompts = [{"id": str(i), "prompt": f"def f{i}(x):\n    return"} for i in range(5)]
+    kw = dict(batch_size=2, max_new_tokens=4, sample_fraction=0.5, temperature=1.0, seed=1, meta={"t": "tiny"})
+    generate_teacher_text(target, tok, prompts, tmp_path, **kw)
+    first = read_teacher_text(tmp_path)
+    assert [r["id"] for r in first] == [str(i) for i in range(5)]
+    assert sorted({r["temperature"] for r in first}) == [0.0, 1.0]
+    (tmp_path / "shard-00001.jsonl").unlink()  # as if killed before shard 1 was written
+    generate_teacher_text(target, tok, prompts, tmp_path, **kw)
+    assert read_teacher_text(tmp_path) == first  # seeded per shard: the redone shard is identical
+    with pytest.raises(ConfigError, match="other settings"):
+        generate_teacher_text(target, tok, prompts, tmp_path, **(kw | {"max_new_tokens": 5}))
+
+
+def test_lr_schedule_warms_up_then_decays():
+    kw = dict(lr=1.0, min_lr=0.1, warmup=10, steps=110)
+    assert lr_at(0, **kw) == pytest.approx(0.1) and lr_at(9, **kw) == pytest.approx(1.0)
+    assert lr_at(60, **kw) == pytest.approx(0.55) and lr_at(110, **kw) == pytest.approx(0.1)
+
+
+def _train(tok, docs, work, steps, **over):
+    model = build_student(tok, StudentShape(2, 32, 64, 2), seed=0)
+    kw = dict(steps=steps, batch_size=4, lr=2e-2, min_lr=2e-3, warmup=2, weight_decay=0.0, raw_fraction=0.0,
+              checkpoint_every=3, eval_every=3, seed=0, pad_id=tok.eos_token_id, autocast=False)
+    return train_student(model, docs, [], docs[:2], work, **(kw | over))
+
+
+def test_training_learns_and_resumes_bit_exactly(tmp_path):
+    tok = zoo.tokenizer("deepseek-coder")
+    docs = encode_documents(tok, [f"def f{i}(x):\n    return x + {i}\n" for i in range(8)], 64)
+    assert all(d[0] == tok.bos_token_id for d in docs)
+    straight, progress = _train(tok, docs, tmp_path / "a", 12)
+    log = [json.loads(line) for line in (tmp_path / "a" / "train_log.jsonl").read_text().splitlines()]
+    assert progress["step"] == 12 and log[-1]["val_loss"] < log[2]["val_loss"] - 1.0  # it learns
+    _train(tok, docs, tmp_path / "b", 12, time_budget_s=0.0)  # stops after one step, checkpointed
+    resumed, progress = _train(tok, docs, tmp_path / "b", 12)
+    assert progress["step"] == 12
+    for (name, a), b in zip(straight.state_dict().items(), resumed.state_dict().values()):
+        assert torch.equal(a, b), name
+
+
+def test_batches_mix_raw_text_at_the_configured_rate():
+    gen = torch.Generator().manual_seed(0)
+    teacher, raw = [[1, 2, 3]], [[1, 9, 9, 9]]
+    ids, mask, labels = batch_rows(teacher, raw, batch_size=400, raw_fraction=0.25, generator=gen, pad_id=0)
+    share = float((ids[:, 1] == 9).float().mean())
+    assert 0.18 < share < 0.32  # binomial(400, 0.25): 4.5 standard deviations either side
+    assert (labels[mask == 0] == -100).all() and (labels[mask == 1] == ids[mask == 1]).all()
+
+
+def test_saved_student_loads_as_a_draft_and_is_lossless(tmp_path, tiny_target):
+    target, target_tok = tiny_target
+    tok = zoo.tokenizer("deepseek-coder")
+    student = build_student(tok, StudentShape(2, 32, 64, 2), seed=0).eval()
+    out = save_student(student, tok, tmp_path / "drafter", tokenizer_name="deepseek-coder", dtype="float32",
+                       extra={"note": "test"})
+    draft, draft_tok = zoo.model(str(out), device="cpu")
+    assert draft_tok.xvocab_add_bos == tok.xvocab_add_bos and len(draft_tok) == len(tok)
+    ids = torch.tensor([[tok.bos_token_id, 100, 200]])
+    assert torch.equal(draft(ids).logits, student(ids).logits)
+    save_student(student, tok, out, tokenizer_name="deepseek-coder", dtype="float16", extra={})  # replaced whole
+    assert not out.with_name("drafter.new").exists() and not out.with_name("drafter.old").exists()
+    prompt = "def add(a, b):\n    return"
+    ar = generate(prompt, target=target, target_tokenizer=target_tok, algorithm="ar", max_new_tokens=10)
+    for algorithm in ("slem", "tli"):
+        out_ = generate(prompt, target=target, target_tokenizer=target_tok, draft=draft, draft_tokenizer=draft_tok,
+                        algorithm=algorithm, max_new_tokens=10, k=3)
+        assert out_.text == ar.text
+
+
+def test_train_drafter_command_end_to_end_on_a_tiny_target(tmp_path):
+    """The Hydra entry runs both stages, resumes, and leaves a loadable checkpoint with its record."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path / "drafter"
+    cmd = [sys.executable, "-m", "experiments.train_drafter", "target=tiny:llama-spm:3", "draft_tokenizer=deepseek-coder",
+           f"work_dir={tmp_path / 'work'}", f"out_dir={out}", "teacher.n_prompts=6", "teacher.batch_size=3",
+           "teacher.max_new_tokens=5", "teacher.dtype=float32", "student.layers=1", "student.hidden=32",
+           "student.intermediate=64", "student.heads=2", "student.steps=4", "student.batch_size=2",
+           "student.holdout=2", "student.eval_every=2", "student.checkpoint_every=2", "threads=1", "device=cpu",
+           f"hydra.run.dir={tmp_path / 'hydra'}"]
+    proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert len(list((tmp_path / "work" / "teacher").glob("shard-*.jsonl"))) == 2
+    record = json.loads((out / "xvocab_training.json").read_text())
+    assert record["step"] == 4 and record["teacher_documents"] == 6 and record["draft_tokenizer"] == "deepseek-coder"
+    assert (out / "loss.png").stat().st_size > 0 and len((out / "train_log.jsonl").read_text().splitlines()) == 4
+    draft, tok = zoo.model(str(out), device="cpu")
+    assert draft.config.vocab_size == len(tok) and draft.config.xvocab_tokenizer == "deepseek-coder"
+    # A rerun finds both stages done: nothing is regenerated or retrained.
+    proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert len((out / "train_log.jsonl").read_text().splitlines()) == 4

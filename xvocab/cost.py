@@ -1,0 +1,55 @@
+"""Forward costs: what one model call costs with a warm KV cache, and the pair's cost ratio c.
+
+Speculative decoding's speedup is bounded by tau / (k c + v(k)), with c the draft's one-token
+forward over the target's and v(k) the target's (k+1)-token verification forward over its
+one-token forward (the paper's analysis assumes v = 1: memory-bound decoding; on a CPU it is
+not, so it is measured). Both are medians of repeated forwards after a prefix of `context`
+tokens, the cache rolled back after each call, so every call sees the same state.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from xvocab.kv import Decoder
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@torch.inference_mode()
+def forward_ms(model, *, new_tokens: int, context: int = 128, reps: int = 20, seed: int = 0) -> float:
+    """Median milliseconds of one forward of `new_tokens` tokens after `context` cached tokens."""
+    gen = torch.Generator().manual_seed(seed)
+    vocab = model.get_input_embeddings().weight.shape[0]
+    prefix = torch.randint(vocab, (context,), generator=gen).tolist()
+    extra = torch.randint(vocab, (new_tokens,), generator=gen).tolist()
+    decoder = Decoder(model)
+    decoder.step(prefix[:-1])
+    times = []
+    for _ in range(reps + 2):  # two untimed warm-up calls
+        _sync(decoder.device)
+        start = time.perf_counter()
+        decoder.step(prefix, extra[:-1]) if new_tokens > 1 else decoder.step(prefix)
+        _sync(decoder.device)
+        times.append(time.perf_counter() - start)
+        decoder.crop(context - 1)
+    return 1000 * statistics.median(times[2:])
+
+
+def pair_costs(target, draft, *, k: int, context: int = 128, reps: int = 20) -> dict:
+    """{target_ms, draft_ms, verify_ms, c, v}: one-token costs, the (k+1)-token verification, and ratios."""
+    target_ms = forward_ms(target, new_tokens=1, context=context, reps=reps)
+    verify_ms = forward_ms(target, new_tokens=k + 1, context=context, reps=reps)
+    draft_ms = forward_ms(draft, new_tokens=1, context=context, reps=reps)
+    return {"target_ms": round(target_ms, 2), "draft_ms": round(draft_ms, 2), "verify_ms": round(verify_ms, 2),
+            "c": round(draft_ms / target_ms, 4), "v": round(verify_ms / target_ms, 3), "k": k}
+
+
+def speedup_bounds(tau: float, *, k: int, c: float, v: float) -> dict:
+    """The paper's bound tau / (1 + k c) and the measured-verification bound tau / (k c + v)."""
+    return {"bound_paper": tau / (1 + k * c), "bound_measured": tau / (k * c + v)}

@@ -1,0 +1,216 @@
+"""The student: a small Llama-architecture causal LM over any tokenizer, and its training loop.
+
+What it is: `build_student(tokenizer, shape)` makes a LlamaForCausalLM whose vocabulary is the
+tokenizer's (tied input/output embeddings, so a 32k vocabulary at width 256 is 8M of its
+parameters). Why Llama: every runtime loads it, and its cost is what the shape says.
+
+How it learns: next-token cross-entropy on documents, one document per row (BOS first, as
+`xvocab.engine.prompt_ids` encodes prompts, right-padded, padding masked out of the loss), so
+training sees each document exactly as drafting will: from position 0 after BOS. Rows come from
+the teacher text with probability 1 - raw_fraction, else from raw code pieces.
+
+Resumable and reproducible: the rows of step s are drawn from a generator seeded by (seed, s), so
+a resumed run sees the same data as an uninterrupted one; the model, optimizer and step are
+checkpointed atomically every `checkpoint_every` steps and picked up on restart. Randomness goes
+through explicit generators; weight initialisation runs inside `torch.random.fork_rng`.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from xvocab.engine import prompt_ids
+from xvocab.errors import ConfigError
+
+IGNORE = -100  # label of padding positions: no loss
+
+
+@dataclass(frozen=True)
+class StudentShape:
+    layers: int
+    hidden: int
+    intermediate: int
+    heads: int
+
+
+def build_student(tokenizer, shape: StudentShape, *, seed: int, max_positions: int = 4096):
+    """A freshly initialised LlamaForCausalLM with `tokenizer`'s vocabulary (float32, eval mode off)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    if shape.hidden % shape.heads:
+        raise ConfigError(f"hidden={shape.hidden} is not divisible by heads={shape.heads}; pick heads dividing it")
+    eos = tokenizer.eos_token_id
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=shape.hidden, intermediate_size=shape.intermediate,
+                         num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
+                         num_key_value_heads=shape.heads, max_position_embeddings=max_positions,
+                         tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id, eos_token_id=eos,
+                         pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return LlamaForCausalLM(config)
+
+
+def encode_documents(tokenizer, texts: list[str], max_len: int) -> list[list[int]]:
+    """Each text as the drafter will see it (`prompt_ids`: BOS where the family uses one), cut to max_len."""
+    return [ids[:max_len] for ids in (prompt_ids(tokenizer, t) for t in texts) if len(ids) > 1]
+
+
+def batch_rows(teacher_docs: list[list[int]], raw_docs: list[list[int]], *, batch_size: int, raw_fraction: float,
+               generator: torch.Generator, pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(input_ids, attention_mask, labels), each [batch_size, longest row]: one document per row."""
+    rows = []
+    for _ in range(batch_size):
+        use_raw = raw_docs and float(torch.rand((), generator=generator)) < raw_fraction
+        pool = raw_docs if use_raw else teacher_docs
+        rows.append(pool[int(torch.randint(len(pool), (), generator=generator))])
+    width = max(map(len, rows))
+    ids = torch.full((batch_size, width), pad_id, dtype=torch.long)
+    mask = torch.zeros((batch_size, width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, :len(row)] = torch.tensor(row)
+        mask[i, :len(row)] = 1
+    labels = ids.masked_fill(mask == 0, IGNORE)
+    return ids, mask, labels
+
+
+def lr_at(step: int, *, lr: float, min_lr: float, warmup: int, steps: int) -> float:
+    """Linear warmup to `lr`, then cosine decay to `min_lr` at `steps`."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, steps - warmup))
+    return min_lr + 0.5 * (lr - min_lr) * (1 + math.cos(math.pi * progress))
+
+
+def _loss(model, ids, mask, labels, autocast: bool) -> torch.Tensor:
+    with torch.autocast(device_type=ids.device.type, dtype=torch.bfloat16, enabled=autocast):
+        return model(input_ids=ids, attention_mask=mask, labels=labels).loss
+
+
+@torch.no_grad()
+def evaluate(model, docs: list[list[int]], *, pad_id: int, batch_size: int, autocast: bool) -> float:
+    """Mean token cross-entropy over `docs` (the held-out teacher text)."""
+    model.eval()
+    device = next(model.parameters()).device
+    total, count = 0.0, 0
+    for start in range(0, len(docs), batch_size):
+        chunk = docs[start:start + batch_size]
+        width = max(map(len, chunk))
+        ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for i, row in enumerate(chunk):
+            ids[i, :len(row)], mask[i, :len(row)] = torch.tensor(row), 1
+        labels = ids.masked_fill(mask == 0, IGNORE)
+        n = int(mask[:, 1:].sum())
+        total += float(_loss(model, ids.to(device), mask.to(device), labels.to(device), autocast)) * n
+        count += n
+    model.train()
+    return total / max(count, 1)
+
+
+def _save_checkpoint(path: Path, model, optimizer, progress: dict) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), **progress}, tmp)
+    os.replace(tmp, path)
+
+
+def train_student(model, teacher_docs: list[list[int]], raw_docs: list[list[int]], holdout: list[list[int]],
+                  work_dir: str | Path, *, steps: int, batch_size: int, lr: float, min_lr: float, warmup: int,
+                  weight_decay: float, raw_fraction: float, checkpoint_every: int, eval_every: int, seed: int,
+                  pad_id: int, autocast: bool, time_budget_s: float | None = None) -> tuple[object, dict]:
+    """Train `model` in place up to `steps`, resuming from `work_dir/checkpoint.pt`.
+
+    Returns (model, progress) with progress = {step, tokens, seconds}, totals over every session.
+    Appends {step, loss, lr, tokens, seconds, tokens_per_s[, val_loss]} lines to `work_dir/train_log.jsonl`.
+    `autocast`: bfloat16 autocast (fast on CPUs with AMX and on GPUs); weights stay float32.
+    """
+    work_dir = Path(work_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    ckpt, log_path = work_dir / "checkpoint.pt", work_dir / "train_log.jsonl"
+    device = next(model.parameters()).device
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
+                                   {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.95))
+    progress = {"step": 0, "tokens": 0, "seconds": 0.0}
+    if ckpt.exists():
+        state = torch.load(ckpt, map_location=device, weights_only=True)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        progress = {key: state[key] for key in progress}
+    step, seconds0 = progress["step"], progress["seconds"]
+    model.train()
+    start, tokens = time.perf_counter(), 0
+    bar = tqdm(range(step, steps), desc="student", unit="step", initial=step, total=steps)
+    with open(log_path, "a", encoding="utf-8") as log:
+        for step in bar:
+            generator = torch.Generator().manual_seed(seed * 1_000_003 + step)
+            ids, mask, labels = batch_rows(teacher_docs, raw_docs, batch_size=batch_size, raw_fraction=raw_fraction,
+                                           generator=generator, pad_id=pad_id)
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(step, lr=lr, min_lr=min_lr, warmup=warmup, steps=steps)
+            loss = _loss(model, ids.to(device), mask.to(device), labels.to(device), autocast)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            tokens += int(mask.sum())
+            elapsed = time.perf_counter() - start
+            progress = {"step": step + 1, "tokens": progress["tokens"] + int(mask.sum()),
+                        "seconds": round(seconds0 + elapsed, 1)}
+            entry = {**progress, "loss": round(loss.item(), 4), "lr": optimizer.param_groups[0]["lr"],
+                     "tokens_per_s": round(tokens / elapsed, 1)}
+            done = step + 1 == steps or (time_budget_s is not None and elapsed > time_budget_s)
+            if holdout and ((step + 1) % eval_every == 0 or done):
+                entry["val_loss"] = round(evaluate(model, holdout, pad_id=pad_id, batch_size=batch_size,
+                                                  autocast=autocast), 4)
+            log.write(json.dumps(entry) + "\n")
+            log.flush()
+            bar.set_postfix(loss=f"{entry['loss']:.3f}", tok_s=f"{entry['tokens_per_s']:.0f}")
+            if (step + 1) % checkpoint_every == 0 or done:
+                _save_checkpoint(ckpt, model, optimizer, progress)
+            if done:
+                break
+    return model.eval(), progress
+
+
+def save_student(model, tokenizer, out_dir: str | Path, *, tokenizer_name: str, dtype: str, extra: dict,
+                 files: dict[str, Path] | None = None) -> Path:
+    """Write a standard Hugging Face checkpoint (weights in `dtype`, the tokenizer's files) atomically.
+
+    `config.json` also names the zoo tokenizer (`xvocab_tokenizer`), so xvocab loads the exact
+    tokenizer it was trained with; `extra` (training facts) goes to `xvocab_training.json`; `files`
+    ({name: path}) are copied in. An existing `out_dir` is replaced whole, never half-written.
+    """
+    from xvocab.zoo.cache import atomic_dir
+
+    out_dir = Path(out_dir)
+    staging = out_dir.with_name(out_dir.name + ".new")
+    shutil.rmtree(staging, ignore_errors=True)
+    with atomic_dir(staging) as tmp:
+        copy = type(model)(model.config).to(getattr(torch, dtype))
+        copy.load_state_dict(model.state_dict())
+        copy.config.xvocab_tokenizer = tokenizer_name
+        copy.save_pretrained(str(tmp), safe_serialization=True)
+        tokenizer.save_pretrained(str(tmp))
+        (tmp / "xvocab_training.json").write_text(json.dumps(extra, indent=1, sort_keys=True, default=str))
+        for name, path in (files or {}).items():
+            shutil.copy(path, tmp / name)
+    old = out_dir.with_name(out_dir.name + ".old")
+    if out_dir.exists():  # swap in the new checkpoint: a reader sees the old or the new one, whole
+        os.replace(out_dir, old)
+    os.replace(staging, out_dir)
+    shutil.rmtree(old, ignore_errors=True)
+    return out_dir
+
+
+def shape_of(model) -> dict:
+    c = model.config
+    return asdict(StudentShape(c.num_hidden_layers, c.hidden_size, c.intermediate_size, c.num_attention_heads))

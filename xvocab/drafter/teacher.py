@@ -1,0 +1,142 @@
+"""The target writes the distillation data: batched continuations of code prompts.
+
+Sequence-level distillation (Kim & Rush 2016): the student learns from text the teacher (the
+target) generated, so it imitates the target's own habits (its greedy choices above all), which
+is what raises acceptance in speculative decoding. Each prompt is continued once, greedily or by
+sampling at `temperature`, for `max_new_tokens` target tokens or until EOS.
+
+Resumable by construction: batch i is written whole to `out_dir/shard-{i:05d}.jsonl` through a
+temporary file and a rename, so a killed run leaves only complete shards and a restart skips
+them. `meta.json` pins what the shards were made with; a restart with other settings is refused
+instead of silently mixing data. Sampling draws from one `torch.Generator` per shard, seeded by
+(seed, shard), so a shard's text does not depend on which shards ran before it.
+
+Left padding with an explicit attention mask and position ids keeps every row's computation
+that of the prompt alone (up to floating-point reassociation in batched matmuls).
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from xvocab.engine import prompt_ids
+from xvocab.errors import ConfigError
+from xvocab.sampling import SamplingParams, logits_to_probs, sample
+
+
+def _left_pad(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(map(len, rows))
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, width - len(row):] = torch.tensor(row)
+        mask[i, width - len(row):] = 1
+    return ids.to(device), mask.to(device)
+
+
+@torch.inference_mode()
+def continue_batch(target, tokenizer, prompts: list[str], *, max_new_tokens: int, temperature: float,
+                   generator: torch.Generator) -> tuple[list[str], int]:
+    """Continuations of `prompts` by `target` (greedy if temperature == 0) and the tokens generated."""
+    from transformers import DynamicCache
+
+    device = next(target.parameters()).device
+    eos = tokenizer.eos_token_id
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+    ids, mask = _left_pad([prompt_ids(tokenizer, p) for p in prompts], pad, device)  # [B, T]
+    params = SamplingParams(temperature=temperature)
+    cache = DynamicCache()
+    out = torch.empty((len(prompts), 0), dtype=torch.long, device=device)      # [B, n]
+    done = torch.zeros(len(prompts), dtype=torch.bool, device=device)          # [B]
+    step_ids, n_generated = ids, 0
+    for _ in range(max_new_tokens):
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, -step_ids.shape[1]:]
+        logits = target(input_ids=step_ids, attention_mask=mask, position_ids=positions,
+                        cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1].float()  # [B, V]
+        if temperature == 0:
+            nxt = logits.argmax(-1)                                                   # [B]
+        else:
+            nxt = sample(logits_to_probs(logits, params), generator).view(-1)         # [B]
+        nxt = torch.where(done, torch.full_like(nxt, pad), nxt)
+        n_generated += int((~done).sum())
+        out = torch.cat([out, nxt[:, None]], dim=1)
+        done |= nxt == eos
+        if bool(done.all()):
+            break
+        step_ids = nxt[:, None]
+        mask = torch.cat([mask, (~done | (nxt == eos)).long()[:, None]], dim=1)
+    texts = []
+    for row in out.tolist():
+        row = row[:row.index(eos)] if eos in row else row
+        texts.append(tokenizer.decode(row, skip_special_tokens=True))
+    return texts, n_generated
+
+
+def length_buckets(prompts: list[dict], window: int) -> list[dict]:
+    """`prompts` sorted by length within consecutive windows: batches pad less, the mix stays shuffled."""
+    return [r for i in range(0, len(prompts), window)
+            for r in sorted(prompts[i:i + window], key=lambda r: len(r["prompt"]))]
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def generate_teacher_text(target, tokenizer, prompts: list[dict], out_dir: str | Path, *, batch_size: int,
+                          max_new_tokens: int, sample_fraction: float, temperature: float, seed: int,
+                          meta: dict, time_budget_s: float | None = None) -> Path:
+    """Continue every prompt ({id, prompt}) with the target; shards under `out_dir`; returns it.
+
+    A `sample_fraction` of the batches, spread evenly, are sampled at `temperature`; the rest greedy.
+    Shard i always holds the same prompts, so a larger prompt list later only adds shards.
+    `meta` (target name, prompt source...) is stored and checked on resume. `time_budget_s`
+    stops cleanly after the shard that crosses it (a later call resumes).
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    meta = dict(meta, batch_size=batch_size, max_new_tokens=max_new_tokens, sample_fraction=sample_fraction,
+                temperature=temperature, seed=seed)
+    meta_path = out_dir / "meta.json"
+    if meta_path.exists():
+        stored = json.loads(meta_path.read_text())
+        if stored != meta:
+            diff = {k: (stored.get(k), meta.get(k)) for k in set(stored) | set(meta) if stored.get(k) != meta.get(k)}
+            raise ConfigError(f"{out_dir} holds teacher text made with other settings {diff} (stored, asked); "
+                              f"use another output directory or delete it")
+    else:
+        _write_atomic(meta_path, json.dumps(meta, indent=1, sort_keys=True))
+    batches = [prompts[i:i + batch_size] for i in range(0, len(prompts), batch_size)]
+    todo = [i for i in range(len(batches)) if not (out_dir / f"shard-{i:05d}.jsonl").exists()]
+    start, tokens = time.perf_counter(), 0
+    bar = tqdm(todo, desc="teacher text", unit="batch", initial=len(batches) - len(todo), total=len(batches))
+    for i in bar:
+        sampled = int((i + 1) * sample_fraction) > int(i * sample_fraction)
+        temp = temperature if sampled else 0.0
+        gen = torch.Generator(device=next(target.parameters()).device).manual_seed(seed * 1_000_003 + i)
+        texts, n = continue_batch(target, tokenizer, [r["prompt"] for r in batches[i]],
+                                  max_new_tokens=max_new_tokens, temperature=temp, generator=gen)
+        tokens += n
+        lines = [json.dumps({"id": r["id"], "prompt": r["prompt"], "completion": t, "temperature": temp})
+                 for r, t in zip(batches[i], texts, strict=True)]
+        _write_atomic(out_dir / f"shard-{i:05d}.jsonl", "\n".join(lines) + "\n")
+        elapsed = time.perf_counter() - start
+        bar.set_postfix(tok_s=f"{tokens / elapsed:.0f}")
+        if time_budget_s is not None and elapsed > time_budget_s:
+            bar.write(f"teacher text: time budget of {time_budget_s:.0f} s reached after shard {i}; rerun to resume")
+            break
+    return out_dir
+
+
+def read_teacher_text(out_dir: str | Path) -> list[dict]:
+    """Every finished shard's rows, in shard order."""
+    rows = []
+    for path in sorted(Path(out_dir).glob("shard-*.jsonl")):
+        rows += [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    return rows

@@ -1,0 +1,97 @@
+"""The student stage of `experiments.train_drafter`: data, training, checkpoint, loss curve.
+
+Kept apart from `student.py` (the model and the loop, config-free) because this is where the
+Hydra config meets them: it reads the teacher shards, holds out documents for validation, encodes
+everything with the draft tokenizer, trains, and saves the Hugging Face checkpoint together with
+its training record (`xvocab_training.json`) and loss curve (`loss.png`).
+"""
+from __future__ import annotations
+
+import json
+import platform
+import random
+from pathlib import Path
+
+import torch
+
+from xvocab import zoo
+from xvocab.drafter.prompts import raw_code
+from xvocab.drafter.student import (StudentShape, build_student, encode_documents, save_student, shape_of,
+                                    train_student)
+from xvocab.drafter.teacher import read_teacher_text
+from xvocab.errors import ConfigError
+
+
+def loss_figure(log_path: Path, out_path: Path, title: str) -> None:
+    """Training loss (smoothed) and held-out loss against step, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [json.loads(line) for line in log_path.read_text().splitlines() if line]
+    steps, losses = [r["step"] for r in rows], [r["loss"] for r in rows]
+    smooth, acc = [], None
+    for value in losses:
+        acc = value if acc is None else 0.95 * acc + 0.05 * value
+        smooth.append(acc)
+    fig, ax = plt.subplots(figsize=(5, 3.2), dpi=150)
+    ax.plot(steps, smooth, label="train (EMA 0.95)")
+    val = [(r["step"], r["val_loss"]) for r in rows if "val_loss" in r]
+    if val:
+        ax.plot(*zip(*val), "o-", label="held-out teacher text")
+    ax.set(xlabel="step", ylabel="cross-entropy (nats/token)", title=title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out_path)
+    plt.close(fig)
+
+
+def run_student_stage(cfg, device: str) -> Path:
+    s = cfg.student
+    teacher_dir = Path(cfg.work_dir) / "teacher"
+    rows = read_teacher_text(teacher_dir)
+    if not rows:
+        raise ConfigError(f"no teacher text under {teacher_dir}; run the teacher stage first (stage=teacher or all)")
+    tokenizer = zoo.tokenizer(cfg.draft_tokenizer)
+    texts = [r["prompt"] + r["completion"] for r in rows]
+    random.Random(cfg.seed).shuffle(texts)
+    docs = encode_documents(tokenizer, texts, s.seq_len)
+    holdout, train_docs = docs[:s.holdout], docs[s.holdout:]
+    raw_docs = encode_documents(tokenizer, raw_code(max_chars=4 * s.seq_len), s.seq_len) if s.raw_fraction > 0 else []
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    shape = StudentShape(s.layers, s.hidden, s.intermediate, s.heads)
+    model = build_student(tokenizer, shape, seed=cfg.seed).to(device)
+    work = Path(cfg.work_dir) / "students" / cfg.name
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "config.json").write_text(json.dumps({"student": dict(s), "draft_tokenizer": cfg.draft_tokenizer}))
+    autocast = device.startswith("cuda") or _has_amx()
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"student {cfg.name}: {n_params / 1e6:.2f}M parameters, vocabulary {len(tokenizer)}; "
+          f"{len(rows)} teacher documents ({sum(map(len, train_docs))} tokens, {len(holdout)} held out), "
+          f"{len(raw_docs)} raw pieces; bf16 autocast {autocast}")
+    model, progress = train_student(model, train_docs, raw_docs, holdout, work, steps=s.steps, batch_size=s.batch_size,
+                                lr=s.lr, min_lr=s.min_lr, warmup=s.warmup, weight_decay=s.weight_decay,
+                                raw_fraction=s.raw_fraction, checkpoint_every=s.checkpoint_every,
+                                eval_every=s.eval_every, seed=cfg.seed, pad_id=pad_id, autocast=autocast,
+                                time_budget_s=s.time_budget_s)
+    log = [json.loads(line) for line in (work / "train_log.jsonl").read_text().splitlines() if line]
+    val = [r["val_loss"] for r in log if "val_loss" in r]
+    extra = {"target": cfg.target, "draft_tokenizer": cfg.draft_tokenizer, "shape": shape_of(model),
+             "parameters": n_params, "steps_planned": s.steps, "student_config": dict(s), **progress,
+             "teacher_documents": len(rows), "teacher_meta": json.loads((teacher_dir / "meta.json").read_text()),
+             "train_tokens_available": sum(map(len, train_docs)), "raw_pieces": len(raw_docs),
+             "final_val_loss": val[-1] if val else None,
+             "device": device, "python": platform.python_version(), "torch": torch.__version__,
+             "command": f"python -m experiments.train_drafter target={cfg.target} draft_tokenizer={cfg.draft_tokenizer}"}
+    loss_figure(work / "train_log.jsonl", work / "loss.png", cfg.name)
+    return save_student(model, tokenizer, cfg.out_dir, tokenizer_name=cfg.draft_tokenizer, dtype=s.save_dtype,
+                        extra=extra, files={"train_log.jsonl": work / "train_log.jsonl", "loss.png": work / "loss.png"})
+
+
+def _has_amx() -> bool:
+    try:
+        return "amx_bf16" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
