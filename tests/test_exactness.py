@@ -275,7 +275,7 @@ def test_bad_input_names_the_fix(tiny_pairs, kwargs, match):
 
 def test_zero_probability_token_is_never_accepted_even_when_u_is_zero(monkeypatch):
     """torch.rand can return exactly 0.0; acceptance must still be impossible where p = 0."""
-    monkeypatch.setattr(torch, "rand", lambda n, generator=None, device=None: torch.zeros(n, device=device))
+    monkeypatch.setattr(torch, "rand", lambda n, generator=None, device=None, dtype=None: torch.zeros(n, device=device, dtype=dtype))
     p = torch.tensor([[0.0, 1.0], [0.5, 0.5]])
     r = torch.tensor([[1.0, 0.0]])
     for verify in (rejection_verify, rejection_verify_reference):
@@ -332,3 +332,42 @@ def test_measured_acceptance_matches_closed_form(tiny_pairs, alg):
     sigma = (beta * (1 - beta) / n) ** 0.5
     assert 0.05 < beta < 0.95  # a case where acceptance is informative
     assert abs(accepted / n - beta) < 5.5 * sigma + 1e-9  # two-sided 5.5 sigma: false failure < 4e-8
+
+
+def _draw_counts(sampler, probs, n, seed):
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.cat([sampler(probs.expand(1000, -1), gen) for _ in range(n // 1000)])
+    return torch.bincount(ids, minlength=probs.shape[-1])
+
+
+def test_fast_sampler_matches_the_exponential_race_in_distribution():
+    """The CDF sampler and the reference both follow probs (chi-square at ALPHA each, 40k draws,
+    31 non-zero bins); a sampler off by one token (a classic CDF bug) is rejected by the same test."""
+    from xvocab.sampling import sample_reference
+
+    gen = torch.Generator().manual_seed(5)
+    probs = torch.rand(40, generator=gen) ** 3
+    probs[torch.randperm(40, generator=gen)[:9]] = 0.0  # zero-probability tokens, also at random places
+    probs = probs / probs.sum()
+    nonzero = probs > 0
+    n = 40_000
+    for sampler in (sample, sample_reference):
+        counts = _draw_counts(sampler, probs, n, seed=1)
+        assert counts[~nonzero].sum() == 0
+        assert chisquare(counts[nonzero].tolist(), (probs[nonzero] * n).tolist()).pvalue > ALPHA
+
+    def off_by_one(p, g):
+        return (sample(p, g) + 1) % p.shape[-1]
+
+    counts = _draw_counts(off_by_one, probs, n, seed=1)
+    assert counts[~nonzero].sum() > 0  # it draws impossible tokens
+    assert chisquare(counts[nonzero].tolist(), (probs[nonzero] * n).tolist(), sum_check=False).pvalue < ALPHA
+
+
+def test_fast_sampler_is_exact_on_unnormalized_and_batched_rows():
+    probs = torch.tensor([[0.0, 2.0, 0.0, 2.0], [5.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1e-30]])
+    gen = torch.Generator().manual_seed(0)
+    draws = torch.stack([sample(probs, gen) for _ in range(2000)])  # [2000, 3]
+    # Binomial(2000, 1/2): a share outside 0.45-0.55 has probability about 7e-6.
+    assert set(draws[:, 0].tolist()) == {1, 3} and abs(float((draws[:, 0] == 1).float().mean()) - 0.5) < 0.05
+    assert (draws[:, 1] == 0).all() and (draws[:, 2] == 3).all()

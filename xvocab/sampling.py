@@ -3,8 +3,11 @@
 Losslessness is relative to the target's *processed* distribution p = process(logits),
 so the same `logits_to_probs` (temperature, then top-k, then top-p) is applied wherever
 a distribution is formed. `temperature == 0` means greedy: a one-hot at the argmax.
-Sampling uses the exponential race argmax(probs / E), E ~ Exp(1) drawn from an explicit
-torch.Generator: no global randomness and no host sync.
+Sampling inverts the CDF with one uniform per row, drawn from an explicit torch.Generator: no
+global randomness and no host sync. The exponential race argmax(probs / E), E ~ Exp(1), is kept as
+`sample_reference`: obviously exact, but it draws V exponentials per row, which over Gemma's 262k
+vocabulary cost about 6 ms per position on a CPU (the CDF costs well under 1 ms); the two are
+tested against each other.
 """
 from __future__ import annotations
 
@@ -54,6 +57,21 @@ def logits_to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tenso
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """probs [..., V] -> ids [...]: the first token whose cumulative mass exceeds u * total, u ~ U[0, 1).
+
+    The CDF is accumulated in float64, so its rounding (about 1e-16 per step) is far below any
+    probability a float32 distribution can hold; a zero-probability token adds no width to the
+    CDF and is never drawn; unnormalized rows are fine (u is scaled by the row's total).
+    """
+    cdf = probs.double().cumsum(-1)                                          # [..., V]
+    u = torch.rand(cdf.shape[:-1] + (1,), generator=generator, dtype=torch.float64, device=cdf.device)
+    total = cdf[..., -1:]                                                    # [..., 1]
+    # u * total < total strictly (rounding could reach it), so the search ends at a token of width > 0.
+    x = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))
+    return torch.searchsorted(cdf, x, right=True).squeeze(-1)
+
+
+def sample_reference(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """probs [..., V] -> ids [...] by the exponential race; exact for any distribution, one-hot included."""
     noise = torch.empty_like(probs).exponential_(generator=generator)
     # A zero draw would make 0 / 0 = nan for zero-probability tokens, and argmax picks nan.
