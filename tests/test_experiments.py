@@ -110,6 +110,27 @@ def test_report_on_a_fixture_of_records(tmp_path):
     with open(tmp_path / "report.csv", newline="") as fh:
         csv_rows = {r["algorithm"]: r for r in csv.DictReader(fh)}
     assert json.loads(csv_rows["slem"]["per_position"]) == [0.5, 0.5, 0.25, 0.25]
+    assert "efficiency" not in csv_rows["slem"]  # no costs.jsonl: no bound columns
+    # With measured forward costs the report adds c, v, the bound tau / (k c + v) and the efficiency.
+    records.append(tmp_path / "costs.jsonl", {"target": "T", "draft": "D", "k": 4, "c": 0.05, "v": 1.6})
+    rows = {r["algorithm"]: r for r in report.main([str(tmp_path)])}
+    assert rows["slem"]["bound"] == pytest.approx(2.5 / (4 * 0.05 + 1.6))
+    assert rows["slem"]["bound_paper"] == pytest.approx(2.5 / 1.2)
+    assert rows["slem"]["efficiency"] == pytest.approx(2.0 / (2.5 / 1.8))
+    assert "efficiency" in (tmp_path / "report.md").read_text() and "c" not in rows["ar"]
+
+
+def test_forward_costs_are_measured_on_a_warm_cache():
+    from xvocab import zoo
+    from xvocab.cost import forward_ms, pair_costs, speedup_bounds
+
+    tok = zoo.tokenizer("gpt-2")
+    small, big = zoo.tiny_model(tok, n_layers=1, hidden_size=32), zoo.tiny_model(tok, n_layers=4, hidden_size=256)
+    assert forward_ms(small, new_tokens=1, context=16, reps=3) > 0
+    costs = pair_costs(big, small, k=3, context=16, reps=5)
+    assert set(costs) == {"target_ms", "draft_ms", "verify_ms", "c", "v", "k"}
+    assert costs["c"] == pytest.approx(costs["draft_ms"] / costs["target_ms"], rel=0.01)
+    assert speedup_bounds(3.0, k=4, c=0.25, v=1.0) == {"bound_paper": 1.5, "bound_measured": 1.5}
 
 
 def test_unloadable_dataset_says_which_work_offline(monkeypatch):
