@@ -18,6 +18,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "list":
         print("tokenizers:", ", ".join(zoo.tokenizer_names()))
         print("models:    ", ", ".join(zoo.model_names()))
+        print("drafters:  ", ", ".join(zoo.drafter_names()) or "(none)")
         print("datasets:  ", ", ".join(zoo.dataset_names()))
         print("cache:     ", zoo.cache_dir())
         return
@@ -30,6 +31,10 @@ def main(argv: list[str] | None = None) -> None:
         net, _ = zoo.model(name, device="cpu")
         n_params = sum(p.numel() for p in net.parameters())
         print(f"model     {name:<14} {n_params / 1e6:7.1f} M params  {time.perf_counter() - start:5.1f} s", flush=True)
+    for name in zoo.drafter_names():  # committed in the repository; loading checks they are whole
+        net, tok = zoo.model(name, device="cpu")
+        n_params = sum(p.numel() for p in net.parameters())
+        print(f"drafter   {name} {n_params / 1e6:.1f} M params, tokenizer of {len(tok)} ids", flush=True)
     for name in zoo.dataset_names():
         print(f"dataset   {name:<14} {len(zoo.dataset(name)):>7} rows", flush=True)
 
