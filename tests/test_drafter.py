@@ -147,3 +147,19 @@ def test_train_drafter_command_end_to_end_on_a_tiny_target(tmp_path):
     proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert len((out / "train_log.jsonl").read_text().splitlines()) == 4
+
+
+def test_micro_batches_give_the_whole_batch_gradient():
+    from xvocab.drafter.student import _accumulate
+
+    tok = zoo.tokenizer("deepseek-coder")
+    docs = encode_documents(tok, ["x = 1\n" * n for n in (1, 3, 9, 27, 2, 5)], 64)
+    ids, mask, labels = batch_rows(docs, [], batch_size=6, raw_fraction=0.0, generator=torch.Generator().manual_seed(0),
+                                   pad_id=tok.eos_token_id)
+    grads, losses = [], []
+    for micro in (1, 3):
+        model = build_student(tok, StudentShape(1, 32, 64, 2), seed=0)
+        losses.append(float(_accumulate(model, ids, mask, labels, torch.device("cpu"), False, micro)))
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    assert losses[0] == pytest.approx(losses[1], rel=1e-5)
+    assert torch.allclose(grads[0], grads[1], atol=1e-6, rtol=1e-4)

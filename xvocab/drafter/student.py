@@ -115,6 +115,31 @@ def evaluate(model, docs: list[list[int]], *, pad_id: int, batch_size: int, auto
     return total / max(count, 1)
 
 
+def _accumulate(model, ids, mask, labels, device, autocast: bool, micro_batches: int) -> torch.Tensor:
+    """Backward the batch's mean token loss in `micro_batches` pieces of similar length (less padding).
+
+    Rows are sorted by length and cut into contiguous pieces, each trimmed to its longest row;
+    each piece's mean loss is weighted by its share of the batch's predicted tokens, so the
+    gradient is that of the whole batch's mean (up to float reassociation).
+    """
+    lengths = mask.sum(-1)                                                    # [B]
+    order = torch.argsort(lengths, descending=True, stable=True)
+    total = int((labels[:, 1:] != IGNORE).sum())
+    loss_sum = torch.zeros((), device=device)
+    for piece in torch.tensor_split(order, micro_batches):
+        if len(piece) == 0:
+            continue
+        width = int(lengths[piece].max())
+        p_ids, p_mask, p_labels = (t[piece, :width].to(device) for t in (ids, mask, labels))
+        n = int((p_labels[:, 1:] != IGNORE).sum())
+        if n == 0:
+            continue
+        loss = _loss(model, p_ids, p_mask, p_labels, autocast) * (n / total)
+        loss.backward()
+        loss_sum += loss.detach()
+    return loss_sum
+
+
 def _save_checkpoint(path: Path, model, optimizer, progress: dict) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), **progress}, tmp)
@@ -124,12 +149,14 @@ def _save_checkpoint(path: Path, model, optimizer, progress: dict) -> None:
 def train_student(model, teacher_docs: list[list[int]], raw_docs: list[list[int]], holdout: list[list[int]],
                   work_dir: str | Path, *, steps: int, batch_size: int, lr: float, min_lr: float, warmup: int,
                   weight_decay: float, raw_fraction: float, checkpoint_every: int, eval_every: int, seed: int,
-                  pad_id: int, autocast: bool, time_budget_s: float | None = None) -> tuple[object, dict]:
+                  pad_id: int, autocast: bool, micro_batches: int = 1,
+                  time_budget_s: float | None = None) -> tuple[object, dict]:
     """Train `model` in place up to `steps`, resuming from `work_dir/checkpoint.pt`.
 
     Returns (model, progress) with progress = {step, tokens, seconds}, totals over every session.
     Appends {step, loss, lr, tokens, seconds, tokens_per_s[, val_loss]} lines to `work_dir/train_log.jsonl`.
     `autocast`: bfloat16 autocast (fast on CPUs with AMX and on GPUs); weights stay float32.
+    `micro_batches`: pieces of similar length per step (see `_accumulate`); the update is the same.
     """
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -156,9 +183,8 @@ def train_student(model, teacher_docs: list[list[int]], raw_docs: list[list[int]
                                            generator=generator, pad_id=pad_id)
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step, lr=lr, min_lr=min_lr, warmup=warmup, steps=steps)
-            loss = _loss(model, ids.to(device), mask.to(device), labels.to(device), autocast)
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            loss = _accumulate(model, ids, mask, labels, device, autocast, micro_batches)
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             tokens += int(mask.sum())

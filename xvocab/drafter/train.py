@@ -75,6 +75,7 @@ def run_student_stage(cfg, device: str) -> Path:
                                 lr=s.lr, min_lr=s.min_lr, warmup=s.warmup, weight_decay=s.weight_decay,
                                 raw_fraction=s.raw_fraction, checkpoint_every=s.checkpoint_every,
                                 eval_every=s.eval_every, seed=cfg.seed, pad_id=pad_id, autocast=autocast,
+                                micro_batches=s.micro_batches,
                                 time_budget_s=s.time_budget_s)
     log = [json.loads(line) for line in (work / "train_log.jsonl").read_text().splitlines() if line]
     val = [r["val_loss"] for r in log if "val_loss" in r]
