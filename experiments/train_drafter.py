@@ -34,8 +34,9 @@ def _device(name: str) -> str:
 def teacher_stage(cfg: DictConfig, device: str) -> Path:
     t = cfg.teacher
     entry_points = {row["entry_point"] for row in zoo.dataset("humaneval")}
-    prompts = code_prompts(seed=cfg.seed, exclude_names=entry_points, max_chars=t.max_prompt_chars)[:t.n_prompts]
-    prompts = length_buckets(prompts, window=8 * t.batch_size)  # less padding per batch
+    prompts = code_prompts(seed=cfg.seed, exclude_names=entry_points, max_chars=t.max_prompt_chars)
+    # Bucketed before the cut, so a smaller n_prompts gives the same first batches (a prefix of the shards).
+    prompts = length_buckets(prompts, window=8 * t.batch_size)[:t.n_prompts]  # less padding per batch
     target, tokenizer = load_model(cfg.target, t.dtype, device, None)
     meta = {"target": cfg.target, "prompts": "python-stdlib", "python": platform.python_version(),
             "max_prompt_chars": t.max_prompt_chars, "dtype": t.dtype, "order": "length-bucketed x8"}
@@ -44,10 +45,10 @@ def teacher_stage(cfg: DictConfig, device: str) -> Path:
                                  temperature=t.temperature, seed=cfg.seed, meta=meta, time_budget_s=t.time_budget_s)
 
 
-def student_stage(cfg: DictConfig, device: str) -> Path:
+def student_stage(cfg: DictConfig, device: str, command: str) -> Path:
     from xvocab.drafter.train import run_student_stage
 
-    return run_student_stage(cfg, device)
+    return run_student_stage(cfg, device, command)
 
 
 @hydra.main(version_base=None, config_path=CONF, config_name="train_drafter")
@@ -60,7 +61,11 @@ def main(cfg: DictConfig) -> None:
     if cfg.stage in ("teacher", "all"):
         teacher_stage(cfg, device)
     if cfg.stage in ("student", "all"):
-        print(f"drafter saved at {student_stage(cfg, device)}")
+        from hydra.core.hydra_config import HydraConfig
+
+        overrides = [o for o in HydraConfig.get().overrides.task if not o.startswith("stage=")]
+        command = " ".join(["python -m experiments.train_drafter", *overrides])
+        print(f"drafter saved at {student_stage(cfg, device, command)}")
 
 
 if __name__ == "__main__":

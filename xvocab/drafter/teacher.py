@@ -134,9 +134,11 @@ def generate_teacher_text(target, tokenizer, prompts: list[dict], out_dir: str |
     return out_dir
 
 
-def read_teacher_text(out_dir: str | Path) -> list[dict]:
-    """Every finished shard's rows, in shard order."""
+def read_teacher_text(out_dir: str | Path, max_shards: int | None = None) -> list[dict]:
+    """The rows of every finished shard (of the first `max_shards`, if given), in shard order."""
     rows = []
     for path in sorted(Path(out_dir).glob("shard-*.jsonl")):
+        if max_shards is not None and int(path.stem.split("-")[1]) >= max_shards:
+            continue
         rows += [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
     return rows

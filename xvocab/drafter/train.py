@@ -8,6 +8,7 @@ its training record (`xvocab_training.json`) and loss curve (`loss.png`).
 from __future__ import annotations
 
 import json
+import math
 import platform
 import random
 from pathlib import Path
@@ -48,10 +49,11 @@ def loss_figure(log_path: Path, out_path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def run_student_stage(cfg, device: str) -> Path:
+def run_student_stage(cfg, device: str, command: str) -> Path:
+    """Train (or resume) the student `cfg` describes and save it at cfg.out_dir; `command` is recorded."""
     s = cfg.student
     teacher_dir = Path(cfg.work_dir) / "teacher"
-    rows = read_teacher_text(teacher_dir)
+    rows = read_teacher_text(teacher_dir, max_shards=math.ceil(cfg.teacher.n_prompts / cfg.teacher.batch_size))
     if not rows:
         raise ConfigError(f"no teacher text under {teacher_dir}; run the teacher stage first (stage=teacher or all)")
     tokenizer = zoo.tokenizer(cfg.draft_tokenizer)
@@ -85,10 +87,35 @@ def run_student_stage(cfg, device: str) -> Path:
              "train_tokens_available": sum(map(len, train_docs)), "raw_pieces": len(raw_docs),
              "final_val_loss": val[-1] if val else None,
              "device": device, "python": platform.python_version(), "torch": torch.__version__,
-             "command": f"python -m experiments.train_drafter target={cfg.target} draft_tokenizer={cfg.draft_tokenizer}"}
+             "command": command}
     loss_figure(work / "train_log.jsonl", work / "loss.png", cfg.name)
+    (work / "README.md").write_text(model_card(cfg.name, extra))
     return save_student(model, tokenizer, cfg.out_dir, tokenizer_name=cfg.draft_tokenizer, dtype=s.save_dtype,
-                        extra=extra, files={"train_log.jsonl": work / "train_log.jsonl", "loss.png": work / "loss.png"})
+                        extra=extra, files={"train_log.jsonl": work / "train_log.jsonl", "loss.png": work / "loss.png",
+                                            "README.md": work / "README.md"})
+
+
+def model_card(name: str, extra: dict) -> str:
+    """A short README for the checkpoint: what it is, how it was made, how to use it."""
+    shape = extra["shape"]
+    teacher = extra["teacher_meta"]
+    return f"""# {name}
+
+A draft model for speculative decoding of `{extra['target']}` with xvocab (cross-vocabulary: SLEM, TLI, SLRS).
+Llama architecture, {shape['layers']} layers, width {shape['hidden']}, {extra['parameters'] / 1e6:.1f}M parameters,
+vocabulary of the `{extra['draft_tokenizer']}` tokenizer (tied embeddings). Not a general language model.
+
+Trained by sequence-level distillation: `{extra['target']}` ({teacher['dtype']}) continued
+{extra['teacher_documents']} HumanEval-style prompts cut from the Python {teacher['python']} standard library
+(HumanEval's own prompts and entry points excluded), greedy and sampled at T={teacher['temperature']}; the student
+learned that text re-tokenized with its own tokenizer, mixed with raw standard-library source
+(share {extra['student_config']['raw_fraction']}), for {extra['step']} steps ({extra['tokens']:,} tokens,
+{extra['seconds'] / 60:.0f} min on {extra['device']}). Held-out teacher text loss: {extra['final_val_loss']}.
+
+Reproduce: `{extra['command']}` (settings in conf/train_drafter.yaml; `xvocab_training.json` has them all).
+Use: `xvocab.load_pair("{extra['target']}", "{name}")`, or `pair=gemma_drafter` in experiments.
+Loss curve: `loss.png`; per-step log: `train_log.jsonl`.
+"""
 
 
 def _has_amx() -> bool:
