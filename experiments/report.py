@@ -24,9 +24,10 @@ from pathlib import Path
 
 from xvocab import records
 
-GROUP = ("target", "draft", "dataset", "temperature", "max_new_tokens", "algorithm", "k")
+GROUP = ("target", "draft", "dataset", "temperature", "max_new_tokens", "algorithm", "k", "draft_confidence")
+OPTIONAL = {"draft_confidence": 0.0}  # config fields absent from records made before they existed
 BASELINE = ("target", "dataset", "temperature", "max_new_tokens", "device", "dtype", "threads", "top_k", "top_p")
-COLUMNS = ("target", "draft", "dataset", "temperature", "algorithm", "k", "prompts", "ttft_s", "tpot_ms",
+COLUMNS = ("target", "draft", "dataset", "temperature", "algorithm", "k", "draft_confidence", "prompts", "ttft_s", "tpot_ms",
            "tokens_per_s", "speedup", "tau", "acceptance", "per_position", "pass_at_1", "equals_ar")
 COST_COLUMNS = ("c", "v", "bound", "efficiency")
 
@@ -37,7 +38,7 @@ def add_costs(rows: list[dict], costs: list[dict]) -> bool:
     matched = False
     for r in rows:
         cost = latest.get((r["target"], r["draft"], r["k"]))
-        if cost is None:
+        if cost is None or r["draft_confidence"]:  # an early draft stop verifies fewer than k + 1: no fixed v
             continue
         matched = True
         r["c"], r["v"] = cost["c"], cost["v"]
@@ -55,9 +56,16 @@ def aggregate(recs: list[dict]) -> list[dict]:
         unique.setdefault((r["config_hash"], r["prompt_id"]), r)
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in unique.values():
-        groups[tuple(r["config"][f] for f in GROUP) + (tuple(r["config"][f] for f in BASELINE),)].append(r)
+        groups[tuple(r["config"].get(f, OPTIONAL.get(f)) for f in GROUP) +
+               (tuple(r["config"][f] for f in BASELINE),)].append(r)
+    # Greedy `ar` outputs per (baseline, prompt): a greedy run recorded without its own check is compared here.
+    ar_ids = {(tuple(r["config"][f] for f in BASELINE), r["prompt_id"]): r.get("token_ids") for r in unique.values()
+              if r["config"]["algorithm"] == "ar" and r["config"]["temperature"] == 0}
     rows = []
     for key, rs in groups.items():
+        if rs[0]["config"]["temperature"] == 0 and rs[0]["config"]["algorithm"] != "ar":
+            rs = [r if "equals_ar" in r or ar_ids.get((key[-1], r["prompt_id"])) is None or "token_ids" not in r
+                  else r | {"equals_ar": r["token_ids"] == ar_ids[(key[-1], r["prompt_id"])]} for r in rs]
         tokens = sum(r["new_tokens"] for r in rs)
         wall = sum(r["wall_seconds"] for r in rs)
         proposed = [sum(r["proposed_per_step"][i] > j for r in rs for i in range(len(r["proposed_per_step"])))
@@ -82,7 +90,7 @@ def aggregate(recs: list[dict]) -> list[dict]:
         base = ar.get(r["baseline_key"])
         r["speedup"] = r["tokens_per_s"] / base if base else None
     rows.sort(key=lambda r: (r["target"], r["dataset"], r["temperature"], r["algorithm"] != "ar", str(r["draft"]),
-                             r["algorithm"], r["k"]))
+                             r["algorithm"], r["k"], r["draft_confidence"]))
     return rows
 
 

@@ -163,3 +163,27 @@ def test_micro_batches_give_the_whole_batch_gradient():
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
     assert losses[0] == pytest.approx(losses[1], rel=1e-5)
     assert torch.allclose(grads[0], grads[1], atol=1e-6, rtol=1e-4)
+
+
+SHIPPED = "gemma-3-270m-drafter-deepseek-coder"
+
+
+def test_shipped_drafter_is_small_whole_and_lossless_on_humaneval():
+    """The committed drafter loads by name offline, fits the size budget, and decodes Gemma exactly."""
+    from xvocab.zoo.models import DRAFTERS_DIR
+
+    assert SHIPPED in zoo.drafter_names()
+    size = sum(p.stat().st_size for p in (DRAFTERS_DIR / SHIPPED).iterdir())
+    assert size < 26 * 2**20, f"{size / 2**20:.1f} MiB"
+    record = json.loads((DRAFTERS_DIR / SHIPPED / "xvocab_training.json").read_text())
+    assert record["target"] == "gemma-3-270m" and record["command"].startswith("python -m experiments.train_drafter")
+    target, target_tok = zoo.model("gemma-3-270m", device="cpu")
+    draft, draft_tok = zoo.model(SHIPPED, device="cpu")
+    assert draft.dtype == torch.float32 and (len(draft_tok), len(target_tok)) == (32256, 262144)
+    for row in zoo.dataset("humaneval")[30:32]:  # outside the 20 prompts of the benchmark tables too
+        ar = generate(row["prompt"], target=target, target_tokenizer=target_tok, algorithm="ar", max_new_tokens=24)
+        for algorithm in ("slem", "tli"):
+            out = generate(row["prompt"], target=target, target_tokenizer=target_tok, draft=draft,
+                           draft_tokenizer=draft_tok, algorithm=algorithm, k=4, max_new_tokens=24)
+            assert out.token_ids == ar.token_ids, (row["id"], algorithm)
+            assert out.stats.tau > 1.0  # the drafter's tokens are accepted, not just the target's own
