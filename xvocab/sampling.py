@@ -59,9 +59,10 @@ def logits_to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tenso
 def sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """probs [..., V] -> ids [...]: the first token whose cumulative mass exceeds u * total, u ~ U[0, 1).
 
-    The CDF is accumulated in float64, so its rounding (about 1e-16 per step) is far below any
-    probability a float32 distribution can hold; a zero-probability token adds no width to the
-    CDF and is never drawn; unnormalized rows are fine (u is scaled by the row's total).
+    The CDF is accumulated in float64: a token's drawn probability differs from its float32 value by
+    at most about 1e-16 of the row's mass per step (a token lighter than that can be rounded away);
+    a zero-probability token adds no width to the CDF and is never drawn; unnormalized rows are
+    fine (u is scaled by the row's total).
     """
     cdf = probs.double().cumsum(-1)                                          # [..., V]
     u = torch.rand(cdf.shape[:-1] + (1,), generator=generator, dtype=torch.float64, device=cdf.device)
