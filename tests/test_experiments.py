@@ -176,3 +176,18 @@ def test_bench_vs_hf_runs_side_by_side_on_tiny_models(tmp_path):
     by = {t["method"]: t for t in table}
     assert by["xvocab_ar"]["tau"] == pytest.approx(1.0) and by["hf_ar"]["tau"] == pytest.approx(1.0)
     assert list(tmp_path.glob("*.md")) and list(tmp_path.glob("*.jsonl"))
+
+
+def test_sampling_check_and_costs_commands_on_tiny_models(tmp_path):
+    """Both commands run end to end and write their records; xvocab's methods pass the lossless check
+    (each fails with probability ALPHA = 1e-4 if lossless)."""
+    from experiments import costs, sampling_check
+
+    rows = sampling_check.main(["--pair", "tiny:starcoder:1", "mirror:refact", "--samples", "40", "--threads", "1",
+                                "--out", str(tmp_path)])
+    assert {r["method"] for r in rows} >= {"xvocab_slem", "xvocab_tli", "xvocab_slrs"}
+    assert all(r["p_value"] > sampling_check.ALPHA for r in rows if r["method"].startswith("xvocab"))
+    assert list(tmp_path.glob("sampling_check__*.md")) and list(tmp_path.glob("sampling_check__*.json"))
+    out = costs.main(["tiny:gpt-2:2", "tiny:gpt-2:3", "--k", "2", "3", "--reps", "3", "--context", "16",
+                      "--threads", "1", "--out", str(tmp_path)])
+    assert [r["k"] for r in out] == [2, 3] and len(records.read(tmp_path / "costs.jsonl")) == 2
