@@ -161,10 +161,9 @@ def main(argv=None):
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
     stem = f"{args.pair[0]}__{args.pair[1]}__T{args.temperature:g}".replace(":", "-").replace("/", "_")
-    (args.out / f"{stem}.md").write_text(text + "\n")
-    with open(args.out / f"{stem}.jsonl", "w") as fh:
-        for r in rows:
-            fh.write(json.dumps({**r, **records.environment(), "args": vars(args) | {"out": str(args.out)}}) + "\n")
+    records.write_atomic(args.out / f"{stem}.md", text + "\n")
+    env = records.environment() | {"args": vars(args) | {"out": str(args.out)}}
+    records.write_atomic(args.out / f"{stem}.jsonl", "".join(json.dumps({**r, **env}) + "\n" for r in rows))
     return table, findings
 
 

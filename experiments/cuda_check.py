@@ -59,8 +59,7 @@ def main(argv=None) -> int:
         print(f"{key:<12} {s['tokens_per_s']:8.1f} tok/s  tau {s['tau']:.2f}")
     result = {"environment": records.environment(), "dtype": args.dtype, "failures": failures,
               "summary": summary, "rows": rows}
-    with open(args.out, "w", encoding="utf-8") as fh:
-        json.dump(result, fh, indent=1)
+    records.write_atomic(args.out, json.dumps(result, indent=1))
     print("failures:", failures or "none")
     return 1 if failures else 0
 

@@ -17,8 +17,6 @@ import argparse
 import csv
 import io
 import json
-import os
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 
@@ -128,12 +126,6 @@ def to_csv(rows: list[dict], columns=COLUMNS) -> str:
     return buf.getvalue()
 
 
-def write_atomic(path: Path, text: str) -> None:
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(fh.name, path)
-
-
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(prog="python -m experiments.report", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -146,9 +138,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     costs = [c for d in args.results_dirs for c in records.read(d / "costs.jsonl")]
     columns = COLUMNS + COST_COLUMNS if add_costs(rows, costs) else COLUMNS
     out = args.results_dirs[0]
-    write_atomic(out / "report.md", to_markdown(rows, columns) + "\n")
-    write_atomic(out / "report.csv", to_csv(rows, columns + (("bound_paper",) if columns != COLUMNS else ())))
-    write_atomic(out / "report.tex", to_latex(rows, columns) + "\n")
+    records.write_atomic(out / "report.md", to_markdown(rows, columns) + "\n")
+    records.write_atomic(out / "report.csv", to_csv(rows, columns + (("bound_paper",) if columns != COLUMNS else ())))
+    records.write_atomic(out / "report.tex", to_latex(rows, columns) + "\n")
     print(to_markdown(rows, columns))
     return rows
 

@@ -23,8 +23,8 @@ from scipy.stats import chi2_contingency
 
 import xvocab
 from experiments.bench_vs_hf import hf_generate
-from experiments.report import write_atomic
 from experiments.run import load_pair
+from xvocab import records
 
 ALPHA = 1e-4
 METHODS = ("hf_assisted", "xvocab_slem", "xvocab_tli", "xvocab_slrs")
@@ -106,8 +106,8 @@ def main(argv=None):
               "findings: " + ("none" if not findings else ""), *[f"- {f}" for f in findings]]
     text = "\n".join(lines) + "\n"
     args.out.mkdir(parents=True, exist_ok=True)
-    write_atomic(args.out / f"sampling_check__{name}__T{args.temperature:g}.md", text)
-    write_atomic(args.out / f"sampling_check__{name}__T{args.temperature:g}.json",
+    records.write_atomic(args.out / f"sampling_check__{name}__T{args.temperature:g}.md", text)
+    records.write_atomic(args.out / f"sampling_check__{name}__T{args.temperature:g}.json",
                  json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows,
                              "findings": findings}, indent=1))
     print(text)

@@ -15,14 +15,13 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import os
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from functools import lru_cache
+from pathlib import Path
 
-from xvocab import zoo
+from xvocab import records, zoo
 from xvocab.alignment.intersection import intersection
 from xvocab.tokens import codec
 
@@ -88,10 +87,7 @@ def write_csv(rows: list[PairRow], path: str) -> None:
     writer = csv.DictWriter(buf, fieldnames=list(asdict(rows[0])))
     writer.writeheader()
     writer.writerows(asdict(r) for r in rows)
-    directory = os.path.dirname(os.path.abspath(path))
-    with tempfile.NamedTemporaryFile("w", dir=directory, delete=False, suffix=".tmp", newline="") as fh:
-        fh.write(buf.getvalue())
-    os.replace(fh.name, path)
+    records.write_atomic(Path(path).absolute(), buf.getvalue())
 
 
 def main(argv: list[str] | None = None) -> list[PairRow]:

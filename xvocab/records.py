@@ -14,6 +14,7 @@ import json
 import os
 import platform
 import subprocess
+import tempfile
 from functools import lru_cache
 from pathlib import Path
 
@@ -42,6 +43,16 @@ def append(path: str | Path, record: dict) -> None:
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+
+
+def write_atomic(path: str | Path, text: str) -> None:
+    """Replace the file at `path` with `text` (UTF-8, no newline translation) through a temporary file and
+    a rename: a reader, or a run killed mid-write, sees the old file or the new one, never half of one."""
+    path = Path(path)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp", encoding="utf-8",
+                                     newline="") as fh:
+        fh.write(text)
+    os.replace(fh.name, path)
 
 
 def read(path: str | Path) -> list[dict]:

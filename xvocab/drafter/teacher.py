@@ -17,7 +17,6 @@ that of the prompt alone (up to floating-point reassociation in batched matmuls)
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from tqdm.auto import tqdm
 
 from xvocab.engine import prompt_ids
 from xvocab.errors import ConfigError
+from xvocab.records import write_atomic
 from xvocab.sampling import SamplingParams, logits_to_probs, sample
 
 
@@ -83,12 +83,6 @@ def length_buckets(prompts: list[dict], window: int) -> list[dict]:
             for r in sorted(prompts[i:i + window], key=lambda r: len(r["prompt"]))]
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def generate_teacher_text(target, tokenizer, prompts: list[dict], out_dir: str | Path, *, batch_size: int,
                           max_new_tokens: int, sample_fraction: float, temperature: float, seed: int,
                           meta: dict, time_budget_s: float | None = None) -> Path:
@@ -111,7 +105,7 @@ def generate_teacher_text(target, tokenizer, prompts: list[dict], out_dir: str |
             raise ConfigError(f"{out_dir} holds teacher text made with other settings {diff} (stored, asked); "
                               f"use another output directory or delete it")
     else:
-        _write_atomic(meta_path, json.dumps(meta, indent=1, sort_keys=True))
+        write_atomic(meta_path, json.dumps(meta, indent=1, sort_keys=True))
     batches = [prompts[i:i + batch_size] for i in range(0, len(prompts), batch_size)]
     todo = [i for i in range(len(batches)) if not (out_dir / f"shard-{i:05d}.jsonl").exists()]
     start, tokens = time.perf_counter(), 0
@@ -125,7 +119,7 @@ def generate_teacher_text(target, tokenizer, prompts: list[dict], out_dir: str |
         tokens += n
         lines = [json.dumps({"id": r["id"], "prompt": r["prompt"], "completion": t, "temperature": temp})
                  for r, t in zip(batches[i], texts, strict=True)]
-        _write_atomic(out_dir / f"shard-{i:05d}.jsonl", "\n".join(lines) + "\n")
+        write_atomic(out_dir / f"shard-{i:05d}.jsonl", "\n".join(lines) + "\n")
         elapsed = time.perf_counter() - start
         bar.set_postfix(tok_s=f"{tokens / elapsed:.0f}")
         if time_budget_s is not None and elapsed > time_budget_s:
