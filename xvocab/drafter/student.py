@@ -71,14 +71,18 @@ def batch_rows(teacher_docs: list[list[int]], raw_docs: list[list[int]], *, batc
         use_raw = raw_docs and float(torch.rand((), generator=generator)) < raw_fraction
         pool = raw_docs if use_raw else teacher_docs
         rows.append(pool[int(torch.randint(len(pool), (), generator=generator))])
+    return pad_rows(rows, pad_id)
+
+
+def pad_rows(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(input_ids, attention_mask, labels), each [len(rows), longest row]: right-padded, padding out of the loss."""
     width = max(map(len, rows))
-    ids = torch.full((batch_size, width), pad_id, dtype=torch.long)
-    mask = torch.zeros((batch_size, width), dtype=torch.long)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
     for i, row in enumerate(rows):
         ids[i, :len(row)] = torch.tensor(row)
         mask[i, :len(row)] = 1
-    labels = ids.masked_fill(mask == 0, IGNORE)
-    return ids, mask, labels
+    return ids, mask, ids.masked_fill(mask == 0, IGNORE)
 
 
 def lr_at(step: int, *, lr: float, min_lr: float, warmup: int, steps: int) -> float:
@@ -101,13 +105,7 @@ def evaluate(model, docs: list[list[int]], *, pad_id: int, batch_size: int, auto
     device = next(model.parameters()).device
     total, count = 0.0, 0
     for start in range(0, len(docs), batch_size):
-        chunk = docs[start:start + batch_size]
-        width = max(map(len, chunk))
-        ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for i, row in enumerate(chunk):
-            ids[i, :len(row)], mask[i, :len(row)] = torch.tensor(row), 1
-        labels = ids.masked_fill(mask == 0, IGNORE)
+        ids, mask, labels = pad_rows(docs[start:start + batch_size], pad_id)
         n = int(mask[:, 1:].sum())
         total += float(_loss(model, ids.to(device), mask.to(device), labels.to(device), autocast)) * n
         count += n

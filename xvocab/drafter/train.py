@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from xvocab import zoo
+from xvocab import records, zoo
 from xvocab.drafter.prompts import raw_code
 from xvocab.drafter.student import (StudentShape, build_student, encode_documents, save_student, shape_of,
                                     train_student)
@@ -23,14 +23,13 @@ from xvocab.drafter.teacher import read_teacher_text
 from xvocab.errors import ConfigError
 
 
-def loss_figure(log_path: Path, out_path: Path, title: str) -> None:
-    """Training loss (smoothed) and held-out loss against step, as a PNG."""
+def loss_figure(rows: list[dict], out_path: Path, title: str) -> None:
+    """Training loss (smoothed) and held-out loss against step, from the training log's rows, as a PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [json.loads(line) for line in log_path.read_text().splitlines() if line]
     steps, losses = [r["step"] for r in rows], [r["loss"] for r in rows]
     smooth, acc = [], None
     for value in losses:
@@ -74,12 +73,11 @@ def run_student_stage(cfg, device: str, command: str) -> Path:
           f"{len(rows)} teacher documents ({sum(map(len, train_docs))} tokens, {len(holdout)} held out), "
           f"{len(raw_docs)} raw pieces; bf16 autocast {autocast}")
     model, progress = train_student(model, train_docs, raw_docs, holdout, work, steps=s.steps, batch_size=s.batch_size,
-                                lr=s.lr, min_lr=s.min_lr, warmup=s.warmup, weight_decay=s.weight_decay,
-                                raw_fraction=s.raw_fraction, checkpoint_every=s.checkpoint_every,
-                                eval_every=s.eval_every, seed=cfg.seed, pad_id=pad_id, autocast=autocast,
-                                micro_batches=s.micro_batches,
-                                time_budget_s=s.time_budget_s)
-    log = [json.loads(line) for line in (work / "train_log.jsonl").read_text().splitlines() if line]
+                                    lr=s.lr, min_lr=s.min_lr, warmup=s.warmup, weight_decay=s.weight_decay,
+                                    raw_fraction=s.raw_fraction, checkpoint_every=s.checkpoint_every,
+                                    eval_every=s.eval_every, seed=cfg.seed, pad_id=pad_id, autocast=autocast,
+                                    micro_batches=s.micro_batches, time_budget_s=s.time_budget_s)
+    log = records.read(work / "train_log.jsonl")  # complete lines only: a kill can cut the last one
     val = [r["val_loss"] for r in log if "val_loss" in r]
     extra = {"target": cfg.target, "draft_tokenizer": cfg.draft_tokenizer, "shape": shape_of(model),
              "parameters": n_params, "steps_planned": s.steps, "student_config": dict(s), **progress,
@@ -88,7 +86,7 @@ def run_student_stage(cfg, device: str, command: str) -> Path:
              "final_val_loss": val[-1] if val else None,
              "device": device, "python": platform.python_version(), "torch": torch.__version__,
              "command": command}
-    loss_figure(work / "train_log.jsonl", work / "loss.png", cfg.name)
+    loss_figure(log, work / "loss.png", cfg.name)
     (work / "README.md").write_text(model_card(cfg.name, extra))
     return save_student(model, tokenizer, cfg.out_dir, tokenizer_name=cfg.draft_tokenizer, dtype=s.save_dtype,
                         extra=extra, files={"train_log.jsonl": work / "train_log.jsonl", "loss.png": work / "loss.png",
