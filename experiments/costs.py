@@ -16,7 +16,7 @@ import torch
 
 from experiments.runner import load_model
 from xvocab import records
-from xvocab.cost import forward_ms
+from xvocab.cost import cost_ratios, forward_ms
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -40,9 +40,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         draft, _ = load_model(name, "float32", args.device, None)
         draft_ms = forward_ms(draft, new_tokens=1, context=args.context, reps=args.reps)
         for k in args.k:
-            row = {"target": args.target, "draft": name, "k": k, "target_ms": round(target_ms, 2),
-                   "draft_ms": round(draft_ms, 2), "verify_ms": round(verify[k], 2),
-                   "c": round(draft_ms / target_ms, 4), "v": round(verify[k] / target_ms, 3),
+            row = {"target": args.target, "draft": name,
+                   **cost_ratios(target_ms=target_ms, draft_ms=draft_ms, verify_ms=verify[k], k=k),
                    "threads": args.threads, "device": args.device, "context": args.context, **env}
             records.append(args.out / "costs.jsonl", row)
             rows.append(row)

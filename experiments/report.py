@@ -21,6 +21,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from xvocab import records
+from xvocab.cost import speedup_bounds
 
 GROUP = ("target", "draft", "dataset", "temperature", "max_new_tokens", "algorithm", "k", "draft_confidence")
 OPTIONAL = {"draft_confidence": 0.0}  # config fields absent from records made before they existed
@@ -40,8 +41,8 @@ def add_costs(rows: list[dict], costs: list[dict]) -> bool:
             continue
         matched = True
         r["c"], r["v"] = cost["c"], cost["v"]
-        r["bound"] = r["tau"] / (r["k"] * cost["c"] + cost["v"])
-        r["bound_paper"] = r["tau"] / (1 + r["k"] * cost["c"])
+        bounds = speedup_bounds(r["tau"], k=r["k"], c=cost["c"], v=cost["v"])
+        r["bound"], r["bound_paper"] = bounds["bound_measured"], bounds["bound_paper"]
         r["efficiency"] = r["speedup"] / r["bound"] if r["speedup"] is not None else None
     return matched
 

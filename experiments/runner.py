@@ -26,7 +26,7 @@ from xvocab import records, zoo
 from xvocab.zoo.tiny import mirror_model
 
 
-def _device(name: str) -> str:
+def resolve_device(name: str) -> str:
     return ("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name
 
 
@@ -58,7 +58,7 @@ def point(cfg: dict, algorithm: str) -> dict:
     return {"target": cfg["pair"]["target"], "draft": None if ar else cfg["pair"]["draft"], "algorithm": algorithm,
             "dataset": cfg["dataset"]["name"], "k": 0 if ar else cfg["k"], "temperature": cfg["temperature"],
             "top_k": cfg["top_k"], "top_p": cfg["top_p"], "max_new_tokens": cfg["max_new_tokens"],
-            "seed": cfg["seed"], "device": _device(cfg["device"]), "dtype": cfg["dtype"], "threads": cfg["threads"],
+            "seed": cfg["seed"], "device": resolve_device(cfg["device"]), "dtype": cfg["dtype"], "threads": cfg["threads"],
             # Present only when on, so records made before the option existed keep their hashes.
             **({"draft_confidence": cfg["draft_confidence"]} if cfg["draft_confidence"] and not ar else {})}
 
@@ -83,7 +83,7 @@ def run(cfg: dict) -> Path:
     """Run one sweep point; return the records file."""
     torch.set_num_threads(cfg["threads"])
     algorithm = cfg["algorithm"]["name"]
-    device = _device(cfg["device"])
+    device = resolve_device(cfg["device"])
     path = Path(cfg["results_dir"]) / "records.jsonl"
     conf, ar_conf = point(cfg, algorithm), point(cfg, "ar")
     key, ar_key = records.config_hash(conf), records.config_hash(ar_conf)

@@ -17,7 +17,7 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from experiments.runner import load_model
+from experiments.runner import load_model, resolve_device
 from xvocab import zoo
 from xvocab.drafter import code_prompts, generate_teacher_text
 from xvocab.drafter.teacher import length_buckets
@@ -25,10 +25,6 @@ from xvocab.errors import ConfigError
 
 CONF = str(Path(__file__).resolve().parent.parent / "conf")
 STAGES = ("teacher", "student", "all")
-
-
-def _device(name: str) -> str:
-    return ("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name
 
 
 def teacher_stage(cfg: DictConfig, device: str) -> Path:
@@ -56,7 +52,7 @@ def main(cfg: DictConfig) -> None:
     if cfg.stage not in STAGES:
         raise ConfigError(f"stage={cfg.stage!r}; choose one of {', '.join(STAGES)}")
     torch.set_num_threads(cfg.threads)
-    device = _device(cfg.device)
+    device = resolve_device(cfg.device)
     print(OmegaConf.to_yaml(cfg, resolve=True))
     if cfg.stage in ("teacher", "all"):
         teacher_stage(cfg, device)

@@ -41,13 +41,17 @@ def forward_ms(model, *, new_tokens: int, context: int = 128, reps: int = 20, se
     return 1000 * statistics.median(times[2:])
 
 
-def pair_costs(target, draft, *, k: int, context: int = 128, reps: int = 20) -> dict:
-    """{target_ms, draft_ms, verify_ms, c, v}: one-token costs, the (k+1)-token verification, and ratios."""
-    target_ms = forward_ms(target, new_tokens=1, context=context, reps=reps)
-    verify_ms = forward_ms(target, new_tokens=k + 1, context=context, reps=reps)
-    draft_ms = forward_ms(draft, new_tokens=1, context=context, reps=reps)
+def cost_ratios(*, target_ms: float, draft_ms: float, verify_ms: float, k: int) -> dict:
+    """{target_ms, draft_ms, verify_ms, c, v, k}: the measured times and the ratios the bounds use."""
     return {"target_ms": round(target_ms, 2), "draft_ms": round(draft_ms, 2), "verify_ms": round(verify_ms, 2),
             "c": round(draft_ms / target_ms, 4), "v": round(verify_ms / target_ms, 3), "k": k}
+
+
+def pair_costs(target, draft, *, k: int, context: int = 128, reps: int = 20) -> dict:
+    """`cost_ratios` of a (target, draft) pair: one-token costs and the (k+1)-token verification."""
+    return cost_ratios(target_ms=forward_ms(target, new_tokens=1, context=context, reps=reps),
+                       draft_ms=forward_ms(draft, new_tokens=1, context=context, reps=reps),
+                       verify_ms=forward_ms(target, new_tokens=k + 1, context=context, reps=reps), k=k)
 
 
 def speedup_bounds(tau: float, *, k: int, c: float, v: float) -> dict:
