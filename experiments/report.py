@@ -47,6 +47,13 @@ def add_costs(rows: list[dict], costs: list[dict]) -> bool:
     return matched
 
 
+def _checked_against(rec: dict, ar_ids: list[int] | None) -> dict:
+    """`rec` with `equals_ar` derived from the recorded greedy `ar` output, where the run did not check itself."""
+    if "equals_ar" in rec or ar_ids is None or "token_ids" not in rec:
+        return rec
+    return rec | {"equals_ar": rec["token_ids"] == ar_ids}
+
+
 def aggregate(recs: list[dict]) -> list[dict]:
     # Parallel sweep points may both record the same `ar` prompt (a greedy run's check and the ar run
     # itself): one record per (config, prompt) counts.
@@ -63,8 +70,7 @@ def aggregate(recs: list[dict]) -> list[dict]:
     rows = []
     for key, rs in groups.items():
         if rs[0]["config"]["temperature"] == 0 and rs[0]["config"]["algorithm"] != "ar":
-            rs = [r if "equals_ar" in r or ar_ids.get((key[-1], r["prompt_id"])) is None or "token_ids" not in r
-                  else r | {"equals_ar": r["token_ids"] == ar_ids[(key[-1], r["prompt_id"])]} for r in rs]
+            rs = [_checked_against(r, ar_ids.get((key[-1], r["prompt_id"]))) for r in rs]
         tokens = sum(r["new_tokens"] for r in rs)
         wall = sum(r["wall_seconds"] for r in rs)
         proposed = [sum(r["proposed_per_step"][i] > j for r in rs for i in range(len(r["proposed_per_step"])))
