@@ -23,6 +23,7 @@ from tqdm import tqdm
 import xvocab
 from experiments import datasets, humaneval
 from xvocab import records, zoo
+from xvocab.zoo.models import any_tokenizer
 from xvocab.zoo.tiny import mirror_model
 
 
@@ -38,6 +39,13 @@ def load_model(spec: str, dtype: str, device: str, device_map: str | None):
         tok = zoo.tokenizer(tok_name)
         return zoo.tiny_model(tok, seed=int(seed[0]) if seed else 0).to(device=device, dtype=getattr(torch, dtype)), tok
     return zoo.model(spec, dtype=dtype, device=device, device_map=device_map)
+
+
+def load_tokenizer(spec: str):
+    """The tokenizer of what `load_model(spec)` would load, without the weights."""
+    if spec.startswith("tiny:"):
+        return zoo.tokenizer(spec.split(":")[1])
+    return any_tokenizer(spec)
 
 
 @lru_cache(maxsize=4)

@@ -17,7 +17,7 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from experiments.runner import load_model, resolve_device
+from experiments.runner import load_model, load_tokenizer, resolve_device
 from xvocab import zoo
 from xvocab.drafter import code_prompts, generate_teacher_text
 from xvocab.drafter.teacher import length_buckets
@@ -44,7 +44,7 @@ def teacher_stage(cfg: DictConfig, device: str) -> Path:
 def student_stage(cfg: DictConfig, device: str, command: str) -> Path:
     from xvocab.drafter.train import run_student_stage
 
-    return run_student_stage(cfg, device, command)
+    return run_student_stage(cfg, device, command, load_tokenizer(cfg.target))
 
 
 @hydra.main(version_base=None, config_path=CONF, config_name="train_drafter")

@@ -189,3 +189,81 @@ def test_pair_report_rows_agree_with_the_maps(tmp_path):
     assert row.draft_starts_target >= row.share_of_draft  # a token equal to a target token starts one
     assert out.read_text().splitlines()[0].startswith("target,draft,")
     assert len(out.read_text().splitlines()) == 2
+
+
+# ------------------------------------------------------------------ target-aligned draft encoding
+
+def _cuts(c, ids) -> set[int]:
+    """Byte offsets where the tokens of `ids` end."""
+    return set(itertools.accumulate(len(c.token_bytes[i] or b"") for i in ids))
+
+
+def _follows_target_cuts(target_c, t2d, draft_c, text: str) -> bool:
+    """Every cut of the target's encoding is a cut of the draft's, and each target token with a
+    draft counterpart is that one draft id (the aligned encoding's invariant, spelled slowly)."""
+    t_ids, d_ids = target_c.encode_continuation(text), draft_c.encode_continuation(text)
+    d_by_span, start = {}, 0
+    for d in d_ids:
+        end = start + len(draft_c.token_bytes[d] or b"")
+        d_by_span[start, end] = d
+        start = end
+    start = 0
+    for t in t_ids:
+        end = start + len(target_c.token_bytes[t] or b"")
+        if t2d[t] != NO_TOKEN and d_by_span.get((start, end)) != t2d[t]:
+            return False
+        start = end
+    return _cuts(target_c, t_ids) <= _cuts(draft_c, d_ids)
+
+
+ALIGNED_PAIRS = [("gemma-4", "deepseek-coder"), *PAIRS[:5]]
+
+
+@pytest.mark.parametrize("target,draft", ALIGNED_PAIRS)
+def test_aligned_encoding_spells_the_text_in_the_targets_cuts(target, draft):
+    from xvocab.alignment.aligned import aligned_codec
+
+    tt, dt = xvocab.zoo.tokenizer(target), xvocab.zoo.tokenizer(draft)
+    a, t_c = aligned_codec(tt, dt), codec(tt)
+    t2d = intersection(tt, dt).target_to_draft.tolist()
+    assert a.token_bytes == codec(dt).token_bytes  # draft ids: the draft model reads them unchanged
+
+    @SETTINGS
+    @given(TEXT)
+    def check(text):
+        assume(not set(text.encode()) & a.missing_bytes)  # the engine shows the draft a.view(text)
+        ids = a.encode_continuation(text)
+        assert a.bytes_of(ids) == text.encode() and max(ids, default=0) < len(dt)
+        assert _follows_target_cuts(t_c, t2d, a, text)
+
+    for text in FIXED:
+        check.hypothesis.inner_test(text)
+    check()
+
+
+def test_aligned_invariant_check_fails_on_the_native_encoding():
+    """Negative control: the draft's own tokenizer cuts code elsewhere than Gemma, and the check sees it."""
+    tt, dt = xvocab.zoo.tokenizer("gemma-4"), xvocab.zoo.tokenizer("deepseek-coder")
+    t2d = intersection(tt, dt).target_to_draft.tolist()
+    code = "def f(x):\n    return x + 1\n"
+    assert not _follows_target_cuts(codec(tt), t2d, codec(dt), code)
+    assert [codec(dt).token_bytes[i] for i in codec(dt).encode_continuation(code)][5:8] == [b"\n", b"   ", b" return"]
+
+
+@pytest.mark.parametrize("name", ["deepseek-coder", "gpt-2", "llama-spm"])
+def test_fast_sync_equals_reference_with_the_aligned_encoding(name):
+    from xvocab.alignment.aligned import aligned_codec
+
+    c = aligned_codec(xvocab.zoo.tokenizer("gemma-4"), xvocab.zoo.tokenizer(name))
+
+    @SETTINGS
+    @given(TEXT, TEXT, st.integers(0, 40))
+    def check(a, b, cut_at):
+        old = Stream.of(c, c.encode_continuation(a))
+        text = a.encode()[:cut_at] + b.encode()
+        assume(not set(text) & c.missing_bytes)
+        fast = sync(c, old, text)
+        assert fast == reference_sync(c, old, text)
+        assert old.apply(c, *fast).text == text[:complete_utf8(text)]
+
+    check()

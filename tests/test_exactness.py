@@ -47,6 +47,31 @@ def test_greedy_equals_ar_on_real_tokenizer_pairs(tiny_pairs, pair):
             assert out.token_ids == ref.token_ids, (alg, prompt)
 
 
+@pytest.mark.parametrize("pair", PAIRS[::2], ids=lambda p: f"{p[0]}<-{p[1]}")
+def test_greedy_equals_ar_with_the_target_aligned_draft_encoding(tiny_pairs, pair):
+    """Drafting in the target's cuts (xvocab.alignment.aligned) changes proposals, never the output."""
+    target, tt, draft, dt = tiny_pairs[pair]
+    for prompt in PROMPTS:
+        ref = generate(prompt, target=target, target_tokenizer=tt, algorithm="ar", max_new_tokens=24)
+        for alg in CROSS:
+            out = generate(prompt, target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt,
+                           algorithm=alg, k=4, max_new_tokens=24, draft_encoding="aligned")
+            assert out.token_ids == ref.token_ids, (alg, prompt)
+
+
+def test_draft_encoding_comes_from_the_drafters_config(tiny_pairs, monkeypatch):
+    target, tt, draft, dt = tiny_pairs["gpt-2", "mpt"]
+    seen = []
+    real = engine.draft_codec
+    monkeypatch.setattr(engine, "draft_codec", lambda t, d, encoding: seen.append(encoding) or real(t, d, encoding))
+    kw = dict(target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt, max_new_tokens=2)
+    generate("x", **kw)
+    monkeypatch.setattr(draft.config, "xvocab_draft_encoding", "aligned", raising=False)
+    generate("x", **kw)
+    generate("x", **kw, draft_encoding="native")  # an explicit choice wins over the config
+    assert seen == ["native", "aligned", "native"]
+
+
 def test_draft_that_cannot_spell_the_text_still_decodes_exactly():
     """falcon has no token for several control bytes: the draft sees them as "?", the target stays exact."""
     tt, dt = xvocab.zoo.tokenizer("gpt-2"), xvocab.zoo.tokenizer("falcon")
@@ -207,13 +232,13 @@ def _noisy_mirror(model, tt, dt, noise=0.1):
     return draft
 
 
-def _sequence_pvalue(model, tt, draft, dt, alg, n, params):
+def _sequence_pvalue(model, tt, draft, dt, alg, n, params, **kw):
     exact = _exact_two_token_distribution(model, tt, PROMPTS[0], params)
     counts = collections.Counter()
     for seed in range(n):
         out = generate(PROMPTS[0], target=model, target_tokenizer=tt, draft=draft, draft_tokenizer=dt,
                        algorithm=alg, k=2, max_new_tokens=2, temperature=params.temperature, top_k=params.top_k,
-                       seed=seed)
+                       seed=seed, **kw)
         counts[tuple(out.token_ids)] += 1
     if not set(counts) <= set(exact):
         return 0.0  # a sequence the target can never produce: certainly not the target's distribution
@@ -227,12 +252,13 @@ def _sequence_pvalue(model, tt, draft, dt, alg, n, params):
     return chisquare(observed, expected, sum_check=False).pvalue
 
 
+@pytest.mark.parametrize("encoding", ["native", "aligned"])
 @pytest.mark.parametrize("alg", CROSS)
-def test_sampled_sequences_follow_the_target_distribution(tiny_pairs, alg):
+def test_sampled_sequences_follow_the_target_distribution(tiny_pairs, alg, encoding):
     target, tt, _, dt = tiny_pairs["starcoder", "refact"]
     draft = _noisy_mirror(target, tt, dt)
     params = SamplingParams(temperature=1.0, top_k=3)  # 9 possible two-token sequences
-    assert _sequence_pvalue(target, tt, draft, dt, alg, 500, params) > ALPHA
+    assert _sequence_pvalue(target, tt, draft, dt, alg, 500, params, draft_encoding=encoding) > ALPHA
 
 
 def test_sampled_sequence_test_rejects_a_wrong_verifier(tiny_pairs, monkeypatch):
@@ -263,6 +289,7 @@ def test_sampled_sequence_test_rejects_a_wrong_verifier(tiny_pairs, monkeypatch)
     (dict(draft=None), "needs a draft"),
     (dict(algorithm="beam"), "unknown algorithm"),
     (dict(draft_confidence=1.5), "draft_confidence"),
+    (dict(draft_encoding="target"), "draft_encoding"),
     (dict(prompt="word " * 5000), "context"),
 ])
 def test_bad_input_names_the_fix(tiny_pairs, kwargs, match):

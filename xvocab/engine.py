@@ -20,6 +20,7 @@ import torch
 
 from xvocab.algorithms import DRAFTERS, DraftContext
 from xvocab.algorithms.common import Side
+from xvocab.alignment.aligned import ENCODINGS, AlignedCodec, draft_codec, model_encoding
 from xvocab.alignment.intersection import NO_TOKEN, intersection
 from xvocab.alignment.translate import common_prefix_length
 from xvocab.errors import ConfigError, VocabularyMismatchError
@@ -85,8 +86,11 @@ def _output_vocab(model) -> int:
     return model.get_output_embeddings().weight.shape[0]
 
 
-def prompt_ids(tokenizer, prompt: str) -> list[int]:
-    ids = tokenizer.encode(prompt, add_special_tokens=False, split_special_tokens=True)
+def prompt_ids(tokenizer, prompt: str, aligned: AlignedCodec | None = None) -> list[int]:
+    """The ids a model starts from: BOS where its family uses one, then the prompt, encoded by the
+    tokenizer or, for a target-aligned drafter, by `aligned` (the target's segmentation in draft ids)."""
+    ids = (tokenizer.encode(prompt, add_special_tokens=False, split_special_tokens=True) if aligned is None
+           else aligned.encode_continuation(prompt))
     add_bos = getattr(tokenizer, "xvocab_add_bos", getattr(tokenizer, "add_bos_token", False))
     if add_bos and tokenizer.bos_token_id is not None:
         ids = [tokenizer.bos_token_id] + ids
@@ -118,15 +122,21 @@ def _validate(prompt, target_tokenizer, draft, draft_tokenizer, algorithm, k, ma
 
 def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokenizer=None, algorithm: str = "slem",
              k: int = 5, max_new_tokens: int = 128, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
-             seed: int = 0, draft_confidence: float = 0.0) -> Output:
+             seed: int = 0, draft_confidence: float = 0.0, draft_encoding: str | None = None) -> Output:
     """Continue `prompt` with `target`, drafted by `draft` through `algorithm`; lossless for every algorithm.
 
     `draft_confidence` > 0 stops a draft early, after a token the draft itself gives less than that
     probability (transformers' assisted generation does this at 0.4): fewer wasted draft forwards on
     hard text. 0 always drafts k tokens, as in the papers. The output distribution is unchanged either way.
+
+    `draft_encoding` is how the draft side tokenizes text: `native` (its own tokenizer) or `aligned`
+    (the target's segmentation written in draft ids, xvocab.alignment.aligned); None takes what the
+    draft's config says it was trained on (`xvocab_draft_encoding`), else native. Lossless either way.
     """
     if not 0 <= draft_confidence <= 1:
         raise ConfigError(f"draft_confidence={draft_confidence} is outside [0, 1]; use 0 to always draft k tokens")
+    if draft_encoding not in (None, *ENCODINGS):
+        raise ConfigError(f"draft_encoding={draft_encoding!r}; choose one of {', '.join(ENCODINGS)} (or None: the draft's own)")
     params = SamplingParams(temperature, top_k, top_p)
     _validate(prompt, target_tokenizer, draft, draft_tokenizer, algorithm, k, max_new_tokens, target)
     wall0 = time.perf_counter()
@@ -136,8 +146,11 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
     if algorithm == "ar":
         d_side, same, tables = t_side, True, None
     else:
-        d_side = Side(Decoder(draft), codec(draft_tokenizer), prompt_ids(draft_tokenizer, prompt))
         same = same_vocabulary(target_tokenizer, draft_tokenizer)
+        encoding = "native" if same else draft_encoding or model_encoding(draft)
+        d_codec = draft_codec(target_tokenizer, draft_tokenizer, encoding)
+        d_side = Side(Decoder(draft), d_codec, prompt_ids(draft_tokenizer, prompt,
+                                                         d_codec if isinstance(d_codec, AlignedCodec) else None))
         tables = pair_tables(target_tokenizer, draft_tokenizer, _output_vocab(target), _output_vocab(draft))
     d_device = (draft if algorithm != "ar" else target).get_output_embeddings().weight.device
     if tables is not None:

@@ -27,6 +27,8 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from xvocab.alignment.aligned import CONFIG_KEY as ENCODING_KEY
+from xvocab.alignment.aligned import DEFAULT_ENCODING
 from xvocab.engine import prompt_ids
 from xvocab.errors import ConfigError
 
@@ -58,9 +60,10 @@ def build_student(tokenizer, shape: StudentShape, *, seed: int, max_positions: i
         return LlamaForCausalLM(config)
 
 
-def encode_documents(tokenizer, texts: list[str], max_len: int) -> list[list[int]]:
-    """Each text as the drafter will see it (`prompt_ids`: BOS where the family uses one), cut to max_len."""
-    return [ids[:max_len] for ids in (prompt_ids(tokenizer, t) for t in texts) if len(ids) > 1]
+def encode_documents(tokenizer, texts: list[str], max_len: int, aligned=None) -> list[list[int]]:
+    """Each text as the drafter will see it (`prompt_ids`: BOS where the family uses one; in the
+    target's segmentation when `aligned`, an xvocab.alignment.aligned.AlignedCodec), cut to max_len."""
+    return [ids[:max_len] for ids in (prompt_ids(tokenizer, t, aligned) for t in texts) if len(ids) > 1]
 
 
 def batch_rows(teacher_docs: list[list[int]], raw_docs: list[list[int]], *, batch_size: int, raw_fraction: float,
@@ -206,11 +209,12 @@ def train_student(model, teacher_docs: list[list[int]], raw_docs: list[list[int]
 
 
 def save_student(model, tokenizer, out_dir: str | Path, *, tokenizer_name: str, dtype: str, extra: dict,
-                 files: dict[str, Path] | None = None) -> Path:
+                 files: dict[str, Path] | None = None, encoding: str = DEFAULT_ENCODING) -> Path:
     """Write a standard Hugging Face checkpoint (weights in `dtype`, the tokenizer's files) atomically.
 
     `config.json` also names the zoo tokenizer (`xvocab_tokenizer`), so xvocab loads the exact
-    tokenizer it was trained with; `extra` (training facts) goes to `xvocab_training.json`; `files`
+    tokenizer it was trained with, and the encoding of its training text (`xvocab_draft_encoding`),
+    so the engine drafts with the same one; `extra` (training facts) goes to `xvocab_training.json`; `files`
     ({name: path}) are copied in. An existing `out_dir` is replaced whole, never half-written.
     """
     from xvocab.zoo.cache import atomic_dir
@@ -222,6 +226,7 @@ def save_student(model, tokenizer, out_dir: str | Path, *, tokenizer_name: str, 
         copy = type(model)(model.config).to(getattr(torch, dtype))
         copy.load_state_dict(model.state_dict())
         copy.config.xvocab_tokenizer = tokenizer_name
+        setattr(copy.config, ENCODING_KEY, encoding)
         copy.save_pretrained(str(tmp), safe_serialization=True)
         tokenizer.save_pretrained(str(tmp))
         (tmp / "xvocab_training.json").write_text(json.dumps(extra, indent=1, sort_keys=True, default=str))

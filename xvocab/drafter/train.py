@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from xvocab import records, zoo
+from xvocab.alignment.aligned import AlignedCodec, draft_codec
 from xvocab.drafter.prompts import raw_code
 from xvocab.drafter.student import (StudentShape, build_student, encode_documents, save_student, shape_of,
                                     train_student)
@@ -48,28 +49,32 @@ def loss_figure(rows: list[dict], out_path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def run_student_stage(cfg, device: str, command: str) -> Path:
-    """Train (or resume) the student `cfg` describes and save it at cfg.out_dir; `command` is recorded."""
+def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
+    """Train (or resume) the student `cfg` describes and save it at cfg.out_dir; `command` is recorded.
+    `target_tokenizer` (cfg.target's) sets the cuts of the training text when student.encoding is aligned."""
     s = cfg.student
     teacher_dir = Path(cfg.work_dir) / "teacher"
     rows = read_teacher_text(teacher_dir, max_shards=math.ceil(cfg.teacher.n_prompts / cfg.teacher.batch_size))
     if not rows:
         raise ConfigError(f"no teacher text under {teacher_dir}; run the teacher stage first (stage=teacher or all)")
     tokenizer = zoo.tokenizer(cfg.draft_tokenizer)
+    d_codec = draft_codec(target_tokenizer, tokenizer, s.encoding)
+    aligned = d_codec if isinstance(d_codec, AlignedCodec) else None
     texts = [r["prompt"] + r["completion"] for r in rows]
     random.Random(cfg.seed).shuffle(texts)
-    docs = encode_documents(tokenizer, texts, s.seq_len)
+    docs = encode_documents(tokenizer, texts, s.seq_len, aligned)
     holdout, train_docs = docs[:s.holdout], docs[s.holdout:]
-    raw_docs = encode_documents(tokenizer, raw_code(max_chars=4 * s.seq_len), s.seq_len) if s.raw_fraction > 0 else []
+    raw_docs = (encode_documents(tokenizer, raw_code(max_chars=4 * s.seq_len), s.seq_len, aligned)
+                if s.raw_fraction > 0 else [])
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     shape = StudentShape(s.layers, s.hidden, s.intermediate, s.heads)
     model = build_student(tokenizer, shape, seed=cfg.seed).to(device)
     work = Path(cfg.work_dir) / "students" / cfg.name
     work.mkdir(parents=True, exist_ok=True)
-    (work / "config.json").write_text(json.dumps({"student": dict(s), "draft_tokenizer": cfg.draft_tokenizer}))
+    _check_resume(work / "config.json", {"student": dict(s), "draft_tokenizer": cfg.draft_tokenizer})
     autocast = device.startswith("cuda") or _has_amx()
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"student {cfg.name}: {n_params / 1e6:.2f}M parameters, vocabulary {len(tokenizer)}; "
+    print(f"student {cfg.name}: {n_params / 1e6:.2f}M parameters, vocabulary {len(tokenizer)}, {s.encoding} encoding; "
           f"{len(rows)} teacher documents ({sum(map(len, train_docs))} tokens, {len(holdout)} held out), "
           f"{len(raw_docs)} raw pieces; bf16 autocast {autocast}")
     model, progress = train_student(model, train_docs, raw_docs, holdout, work, steps=s.steps, batch_size=s.batch_size,
@@ -90,7 +95,26 @@ def run_student_stage(cfg, device: str, command: str) -> Path:
     (work / "README.md").write_text(model_card(cfg.name, extra))
     return save_student(model, tokenizer, cfg.out_dir, tokenizer_name=cfg.draft_tokenizer, dtype=s.save_dtype,
                         extra=extra, files={"train_log.jsonl": work / "train_log.jsonl", "loss.png": work / "loss.png",
-                                            "README.md": work / "README.md"})
+                                            "README.md": work / "README.md"}, encoding=s.encoding)
+
+
+# Settings a resumed run may change: how long, how often it saves and evaluates, the saved dtype.
+_RESUMABLE = {"steps", "time_budget_s", "checkpoint_every", "eval_every", "save_dtype"}
+
+
+def _check_resume(path: Path, settings: dict) -> None:
+    """Refuse to resume a student trained with other data, encoding or shape; record the settings."""
+    if path.exists():
+        stored = json.loads(path.read_text())
+        old = {k: v for k, v in stored.get("student", {}).items() if k not in _RESUMABLE}
+        new = {k: v for k, v in settings["student"].items() if k not in _RESUMABLE}
+        old["draft_tokenizer"], new["draft_tokenizer"] = stored.get("draft_tokenizer"), settings["draft_tokenizer"]
+        old.setdefault("encoding", "native")  # runs made before the setting existed
+        diff = {k: (old.get(k), new.get(k)) for k in set(old) | set(new) if old.get(k) != new.get(k)}
+        if diff:
+            raise ConfigError(f"{path.parent} holds a student trained with other settings {diff} (stored, asked); "
+                              f"pick another name= or delete that directory")
+    records.write_atomic(path, json.dumps(settings))
 
 
 def model_card(name: str, extra: dict) -> str:
@@ -106,7 +130,8 @@ vocabulary of the `{extra['draft_tokenizer']}` tokenizer (tied embeddings). Not 
 Trained by sequence-level distillation: `{extra['target']}` ({teacher['dtype']}) continued
 {extra['teacher_documents']} HumanEval-style prompts cut from the Python {teacher['python']} standard library
 (HumanEval's own prompts and entry points excluded), greedy and sampled at T={teacher['temperature']}; the student
-learned that text re-tokenized with its own tokenizer, mixed with raw standard-library source
+learned that text re-tokenized with its own tokenizer ({_ENCODING_WORDS[extra['student_config'].get('encoding', 'native')]}),
+mixed with raw standard-library source
 (share {extra['student_config']['raw_fraction']}), for {extra['step']} steps ({extra['tokens']:,} tokens,
 {extra['seconds'] / 60:.0f} min on {extra['device']}). Held-out teacher text loss: {extra['final_val_loss']}.
 
@@ -114,6 +139,11 @@ Reproduce: `{extra['command']}` (settings in conf/train_drafter.yaml; `xvocab_tr
 Use: `xvocab.load_pair("{extra['target']}", "{name}")`, or `pair=gemma_drafter` in experiments.
 Loss curve: `loss.png`; per-step log: `train_log.jsonl`.
 """
+
+
+_ENCODING_WORDS = {"native": "its own segmentation",
+                   "aligned": "in the target's segmentation wherever the vocabularies share a token, "
+                              "xvocab.alignment.aligned; xvocab drafts with the same encoding"}
 
 
 def _has_amx() -> bool:
