@@ -338,8 +338,8 @@ def _first_step_acceptance(target, tt, draft, dt, alg, params):
     with torch.no_grad():
         p = logits_to_probs(target(torch.tensor([engine.prompt_ids(tt, PROMPTS[0])])).logits[0, -1], params)
         d_logits = draft(torch.tensor([engine.prompt_ids(dt, PROMPTS[0])])).logits[0, -1]
-    to_target, allowed = ((tables.draft_to_target, tables.draft_mask) if alg == "tli"
-                          else (tables.first_target, tables.first_mask))
+    to_target = (tables.tli if alg == "tli" else tables.slrs).to_target
+    allowed = to_target != engine.NO_TOKEN
     q = logits_to_probs(d_logits.masked_fill(~allowed, float("-inf")), params)
     r = torch.zeros(len(p)).index_add_(0, to_target[allowed], q[allowed])
     return float(torch.minimum(p, r).sum())
@@ -398,3 +398,34 @@ def test_fast_sampler_is_exact_on_unnormalized_and_batched_rows():
     # Binomial(2000, 1/2): a share outside 0.45-0.55 has probability about 7e-6.
     assert set(draws[:, 0].tolist()) == {1, 3} and abs(float((draws[:, 0] == 1).float().mean()) - 0.5) < 0.05
     assert (draws[:, 1] == 0).all() and (draws[:, 2] == 3).all()
+
+
+# ------------------------------------------------------------------ fast paths against their plain forms
+
+def test_fast_argmax_is_torch_argmax_with_ties_nan_and_infinities():
+    from xvocab.sampling import argmax
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 4, (64, 50), generator=gen).float()  # many ties
+    x[3, 7] = x[5, 0] = float("-inf")
+    x[9, :] = float("-inf")
+    x[11, 20] = x[11, 30] = float("nan")
+    x[12, 0] = float("inf")
+    for rows in (x, x.to(torch.bfloat16), x[:, ::3], x[17]):
+        assert torch.equal(argmax(rows), rows.argmax(-1)), rows.dtype
+    assert argmax(x).dtype == torch.long
+
+
+def test_draft_ids_bias_and_push_equal_masking(tiny_pairs):
+    """DraftIds restricts by adding a bias and pushes by index lists; the masked forms are the definition."""
+    target, tt, draft, dt = tiny_pairs["starcoder", "refact"]
+    tables = engine.pair_tables(tt, dt, target.get_output_embeddings().weight.shape[0],
+                                draft.get_output_embeddings().weight.shape[0])
+    logits = torch.randn(len(tables.tli.to_target), generator=torch.Generator().manual_seed(1))
+    for ids in (tables.tli, tables.slrs):
+        allowed = ids.to_target != engine.NO_TOKEN
+        assert 0 < int(allowed.sum()) < len(allowed)  # a real restriction, so the comparison can fail
+        q = torch.softmax(logits.masked_fill(~allowed, float("-inf")), -1)
+        assert torch.equal(torch.softmax(logits + ids.bias, -1), q)
+        masked = torch.zeros(tables.target_vocab).index_add_(0, ids.to_target[allowed], q[allowed])
+        assert torch.equal(ids.push(q, tables.target_vocab), masked)

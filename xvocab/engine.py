@@ -19,7 +19,7 @@ from functools import lru_cache
 import torch
 
 from xvocab.algorithms import DRAFTERS, DraftContext
-from xvocab.algorithms.common import Side
+from xvocab.algorithms.common import DraftIds, Side
 from xvocab.alignment.aligned import ENCODINGS, AlignedCodec, draft_codec, model_encoding
 from xvocab.alignment.intersection import NO_TOKEN, intersection
 from xvocab.alignment.translate import common_prefix_length
@@ -44,12 +44,13 @@ class Output:
 class PairTables:
     """Per-pair id tables the drafters use (identity maps when the vocabularies coincide)."""
 
-    draft_to_target: torch.Tensor  # [V_draft] long (TLI)
-    draft_mask: torch.Tensor       # [V_draft] bool
-    first_target: torch.Tensor     # [V_draft] long: first target token of each draft token's bytes (SLRS)
-    first_mask: torch.Tensor       # [V_draft] bool
+    tli: DraftIds    # the intersection: draft id -> the target id with the same bytes
+    slrs: DraftIds   # draft id -> first target token of its bytes
     target_vocab: int
     eos_target: int | None
+
+    def to(self, device) -> "PairTables":
+        return PairTables(self.tli.to(device), self.slrs.to(device), self.target_vocab, self.eos_target)
 
 
 @lru_cache(maxsize=8)
@@ -57,9 +58,8 @@ def pair_tables(target_tokenizer, draft_tokenizer, target_vocab: int, draft_voca
     tc, dc = codec(target_tokenizer), codec(draft_tokenizer)
     eos_t = target_tokenizer.eos_token_id
     if same_vocabulary(target_tokenizer, draft_tokenizer):
-        ident = torch.arange(draft_vocab)
-        mask = torch.ones(draft_vocab, dtype=torch.bool)
-        return PairTables(ident, mask, ident, mask, target_vocab, eos_t)
+        ident = DraftIds.of(torch.arange(draft_vocab))
+        return PairTables(ident, ident, target_vocab, eos_t)
     vmap = intersection(target_tokenizer, draft_tokenizer)
     d2t = _pad(vmap.draft_to_target, draft_vocab)
     first = torch.full((draft_vocab,), NO_TOKEN, dtype=torch.long)
@@ -70,7 +70,7 @@ def pair_tables(target_tokenizer, draft_tokenizer, target_vocab: int, draft_voca
             except ValueError:  # the target cannot spell these bytes: the draft may not propose them
                 pass
     first = torch.where(d2t != NO_TOKEN, torch.where(first == NO_TOKEN, d2t, first), first)  # roles (EOS)
-    return PairTables(d2t, d2t != NO_TOKEN, first, first != NO_TOKEN, target_vocab, eos_t)
+    return PairTables(DraftIds.of(d2t), DraftIds.of(first), target_vocab, eos_t)
 
 
 def _pad(t: torch.Tensor, n: int) -> torch.Tensor:
@@ -154,7 +154,7 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
         tables = pair_tables(target_tokenizer, draft_tokenizer, _output_vocab(target), _output_vocab(draft))
     d_device = (draft if algorithm != "ar" else target).get_output_embeddings().weight.device
     if tables is not None:
-        tables = PairTables(*(t.to(d_device) if isinstance(t, torch.Tensor) else t for t in tables.__dict__.values()))
+        tables = tables.to(d_device)
     # Drafting draws from its own generator on the draft's device (a second stream of the same seed).
     draft_generator = generator if d_device == device else torch.Generator(device=d_device).manual_seed(seed + 1)
     ctx = DraftContext(t_side, d_side, params, draft_generator, same, tables, draft_confidence)

@@ -37,11 +37,23 @@ class SamplingParams:
         return self.temperature == 0
 
 
+def argmax(x: torch.Tensor) -> torch.Tensor:
+    """x [..., V] -> ids [...] (long): the first maximal index, NaN counting as maximal; torch.argmax's result.
+
+    On CPU through NumPy: torch's CPU argmax is not vectorized (measured with torch 2.13, one thread:
+    425 us over Gemma's 262k logits, against 131 us for max and a few us for NumPy), and the engine
+    takes one per drafted token and per verified position. Elsewhere torch.argmax itself.
+    """
+    if x.device.type != "cpu":
+        return x.argmax(-1)
+    return torch.as_tensor(x.detach().float().numpy().argmax(-1))
+
+
 def logits_to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """logits [..., V] -> probs [..., V] (float32), after temperature, top-k and top-p."""
     logits = logits.float()
     if params.greedy:
-        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
+        return torch.nn.functional.one_hot(argmax(logits), logits.shape[-1]).float()
     logits = logits / params.temperature
     if params.top_k and params.top_k < logits.shape[-1]:
         kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]

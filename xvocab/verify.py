@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from xvocab.sampling import sample
+from xvocab.sampling import argmax, sample
 
 
 def rejection_verify(target_probs: torch.Tensor,   # [n + 1, V] p at each proposed position and the bonus
@@ -91,7 +91,7 @@ def greedy_verify(target_logits: torch.Tensor,  # [n + 1, V]
                   ) -> tuple[int, int]:
     """(number accepted, next token id) at temperature 0: keep proposals while they equal the argmax."""
     assert target_logits.ndim == 2 and proposed.ndim == 1 and target_logits.shape[0] == proposed.shape[0] + 1
-    own = target_logits.argmax(-1)  # [n + 1]
+    own = argmax(target_logits)  # [n + 1]
     n = proposed.shape[0]
     mismatch = own[:n] != proposed
     n_accepted = int(mismatch.int().argmax()) if bool(mismatch.any()) else n

@@ -6,9 +6,10 @@ from dataclasses import dataclass, field
 
 import torch
 
+from xvocab.alignment.intersection import NO_TOKEN
 from xvocab.alignment.translate import Stream, sync
 from xvocab.kv import Decoder
-from xvocab.sampling import SamplingParams, logits_to_probs, sample
+from xvocab.sampling import SamplingParams, argmax, logits_to_probs, sample
 from xvocab.tokens import ByteCodec
 
 
@@ -35,6 +36,36 @@ class Side:
         return self.decoder.step(self.full())[-1]
 
 
+@dataclass(frozen=True, eq=False)
+class DraftIds:
+    """The draft ids a drafter may propose, and the target id each stands for (TLI: the intersection;
+    SLRS: every draft id, standing for the first target token of its bytes). Built once per pair.
+
+    `bias` restricts logits by addition (0 allowed, -inf not): on a CPU, masked_fill over a vocabulary
+    costs several times an add. `src`/`dst` list the allowed ids, so `push` indexes instead of masking.
+    """
+
+    to_target: torch.Tensor  # [V_draft] long, NO_TOKEN where not allowed
+    bias: torch.Tensor       # [V_draft] float32: 0 where allowed, -inf elsewhere
+    src: torch.Tensor        # [n] long: the allowed draft ids
+    dst: torch.Tensor        # [n] long: the target id of each
+
+    @staticmethod
+    def of(to_target: torch.Tensor) -> "DraftIds":
+        allowed = to_target != NO_TOKEN
+        bias = torch.zeros(len(to_target)).masked_fill_(~allowed, float("-inf"))
+        src = allowed.nonzero().flatten()
+        return DraftIds(to_target, bias, src, to_target[src])
+
+    def to(self, device) -> "DraftIds":
+        return DraftIds(*(t.to(device) for t in (self.to_target, self.bias, self.src, self.dst)))
+
+    def push(self, q: torch.Tensor, target_vocab: int) -> torch.Tensor:
+        """q [V_draft], zero outside the allowed ids -> [V_target]: the mass q puts on each target id
+        (summed over the draft ids standing for it, which SLRS has several of)."""
+        return torch.zeros(target_vocab, dtype=q.dtype, device=q.device).index_add_(0, self.dst, q[self.src])
+
+
 @dataclass
 class DraftContext:
     target: Side
@@ -42,18 +73,17 @@ class DraftContext:
     params: SamplingParams
     generator: torch.Generator
     same_vocab: bool
-    maps: object  # the per-pair tables a drafter needs (xvocab.engine.PairTables)
+    maps: object  # the per-pair tables a drafter needs (xvocab.engine.PairTables: .tli, .slrs DraftIds)
     draft_confidence: float = 0.0  # stop drafting after a token the draft gives less than this probability
     align_seconds: float = 0.0
 
-    def confident(self, logits: torch.Tensor, allowed: torch.Tensor | None, d: int) -> bool:
+    def confident(self, logits: torch.Tensor, bias: torch.Tensor | None, d: int) -> bool:
         """Whether to keep drafting after id d: its probability under the (restricted) draft softmax
         reaches `draft_confidence`. Only how many tokens are proposed changes; never what is emitted."""
         if self.draft_confidence <= 0:
             return True
-        if allowed is not None:
-            logits = logits.masked_fill(~allowed, float("-inf"))
-        return float(torch.softmax(logits.float(), -1)[d]) >= self.draft_confidence
+        logits = logits.float() if bias is None else logits.float() + bias
+        return float(torch.softmax(logits, -1)[d]) >= self.draft_confidence
 
     def sync_draft(self, text: bytes) -> None:
         """Make the draft spell `text` (re-tokenizing only the boundary), rolling back its cache.
@@ -64,17 +94,17 @@ class DraftContext:
         self.align_seconds += time.perf_counter() - start
 
     def draw(self, logits: torch.Tensor,                 # [V_draft]
-             allowed: torch.Tensor | None = None,         # [V_draft] bool, or None for all ids
+             bias: torch.Tensor | None = None,            # [V_draft] DraftIds.bias, or None for all ids
              ) -> tuple[int, torch.Tensor | None]:
-        """A draft id from q (restricted to `allowed`, renormalized), and q itself [V_draft].
+        """A draft id from q (restricted by `bias` to the allowed ids, renormalized), and q itself [V_draft].
 
         Greedy: the restricted argmax and no q, since every verification rule then reduces to
         comparing with the target's argmax (xvocab.verify.greedy_verify) and needs no distribution.
         """
-        if allowed is not None:
-            logits = logits.masked_fill(~allowed, float("-inf"))
+        if bias is not None:
+            logits = logits.float() + bias
         if self.params.greedy:
-            return int(logits.argmax()), None
+            return int(argmax(logits)), None
         q = logits_to_probs(logits, self.params)
         return int(sample(q, self.generator)), q
 

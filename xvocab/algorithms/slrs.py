@@ -20,23 +20,20 @@ Expected acceptance per position: sum_t min(p(t), psi(t)).
 """
 from __future__ import annotations
 
-import torch
-
 from xvocab.algorithms.common import DraftContext, Proposal
 
 
 def draft(ctx: DraftContext, k: int) -> Proposal:
-    f = ctx.maps.first_target          # [V_draft] long, NO_TOKEN for draft ids with no bytes or role
-    allowed = ctx.maps.first_mask      # [V_draft] bool
+    m = ctx.maps.slrs  # DraftIds: draft id -> first target token of its bytes (NO_TOKEN: no bytes, no role)
     text = ctx.target.stream.text
     ids, rows = [], []
     for _ in range(k):
         logits = ctx.draft.next_logits()
-        d, q = ctx.draw(logits, allowed)  # q [V_draft]; None when greedy
-        t = int(f[d])
+        d, q = ctx.draw(logits, m.bias)  # q [V_draft]; None when greedy
+        t = int(m.to_target[d])
         ids.append(t)
         if q is not None:  # psi [V_target]
-            rows.append(torch.zeros(ctx.maps.target_vocab, device=q.device).index_add_(0, f[allowed], q[allowed]))
+            rows.append(m.push(q, ctx.maps.target_vocab))
         t_bytes = ctx.target.codec.token_bytes[t]
         if t_bytes is None:  # a special token (EOS by role): nothing can follow it
             break
@@ -45,6 +42,6 @@ def draft(ctx: DraftContext, k: int) -> Proposal:
             ctx.draft.rewind(len(ctx.draft.stream.ids), [d])
         else:
             ctx.sync_draft(text)
-        if not ctx.confident(logits, allowed, d):
+        if not ctx.confident(logits, m.bias, d):
             break
     return Proposal.of(ids, rows)

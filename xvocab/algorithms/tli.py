@@ -14,22 +14,19 @@ Cost: k draft forwards, a scatter over V_target per position, one target forward
 """
 from __future__ import annotations
 
-import torch
-
 from xvocab.algorithms.common import DraftContext, Proposal
 
 
 def draft(ctx: DraftContext, k: int) -> Proposal:
-    d2t = ctx.maps.draft_to_target  # [V_draft] long, NO_TOKEN outside the intersection
-    allowed = ctx.maps.draft_mask   # [V_draft] bool
+    m = ctx.maps.tli  # DraftIds: the intersection, draft id -> target id
     ids, rows = [], []
     for _ in range(k):
         logits = ctx.draft.next_logits()
-        d, q = ctx.draw(logits, allowed)  # q [V_draft], zero outside I; None when greedy
-        ids.append(int(d2t[d]))
+        d, q = ctx.draw(logits, m.bias)  # q [V_draft], zero outside I; None when greedy
+        ids.append(int(m.to_target[d]))
         if q is not None:
-            rows.append(torch.zeros(ctx.maps.target_vocab, device=q.device).index_add_(0, d2t[allowed], q[allowed]))
+            rows.append(m.push(q, ctx.maps.target_vocab))  # q~ [V_target]
         ctx.draft.rewind(len(ctx.draft.stream.ids), [d])  # bytes(d) == bytes(map(d)): no re-tokenization
-        if not ctx.confident(logits, allowed, d):
+        if not ctx.confident(logits, m.bias, d):
             break
     return Proposal.of(ids, rows)
