@@ -155,6 +155,24 @@ def test_fast_verifiers_equal_references_draw_for_draw():
         assert exact_match_verify(p, proposed, g1) == exact_match_verify_reference(p, proposed, g2)
 
 
+def test_exact_match_on_rows_formed_on_demand_equals_the_whole_matrix():
+    """The engine hands SLEM's verifier ProbRows; same draws and same generator state as full probs."""
+    from xvocab.sampling import ProbRows
+
+    gen = torch.Generator().manual_seed(3)
+    for trial, params in enumerate([SamplingParams(1.0), SamplingParams(0.7, top_k=5), SamplingParams(1.3, top_p=0.8)]
+                                   * 40):
+        n = trial % 6
+        logits = torch.randn(n + 1, 40, generator=gen) * 2
+        own = logits_to_probs(logits, params)
+        proposed = sample(own, gen)[:n]  # agree often, so later rows get read too
+        if n and trial % 3 == 0:
+            proposed[-1] = (proposed[-1] + 1) % 40
+        g1, g2 = torch.Generator().manual_seed(trial), torch.Generator().manual_seed(trial)
+        assert exact_match_verify(ProbRows(logits, params), proposed, g1) == exact_match_verify(own, proposed, g2)
+        assert torch.equal(torch.rand(3, generator=g1), torch.rand(3, generator=g2))
+
+
 def test_greedy_verify_equals_both_rules_on_one_hot_distributions():
     gen = torch.Generator().manual_seed(1)
     for trial in range(300):

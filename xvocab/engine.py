@@ -25,7 +25,7 @@ from xvocab.alignment.intersection import NO_TOKEN, intersection
 from xvocab.alignment.translate import common_prefix_length
 from xvocab.errors import ConfigError, VocabularyMismatchError
 from xvocab.kv import Decoder
-from xvocab.sampling import SamplingParams, logits_to_probs
+from xvocab.sampling import ProbRows, SamplingParams, logits_to_probs
 from xvocab.stats import Stats
 from xvocab.tokens import codec
 from xvocab.verify import exact_match_verify, greedy_verify, rejection_verify
@@ -168,7 +168,7 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
         if params.greedy:
             n_acc, nxt = greedy_verify(logits, proposed)
         elif proposal.probs is None:
-            n_acc, nxt = exact_match_verify(logits_to_probs(logits, params), proposed, generator)
+            n_acc, nxt = exact_match_verify(ProbRows(logits, params), proposed, generator)  # rows on demand
         else:
             n_acc, nxt = rejection_verify(logits_to_probs(logits, params), proposal.probs.to(device), proposed,
                                           generator)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from xvocab.sampling import argmax, sample
+from xvocab.sampling import ProbRows, argmax, inverse_cdf, sample, uniforms
 
 
 def rejection_verify(target_probs: torch.Tensor,   # [n + 1, V] p at each proposed position and the bonus
@@ -66,16 +66,24 @@ def rejection_verify_reference(target_probs, proposal_probs, proposed, generator
     return n, int(sample(target_probs[n], generator))
 
 
-def exact_match_verify(target_probs: torch.Tensor,  # [n + 1, V]
-                       proposed: torch.Tensor,      # [n] long
+def exact_match_verify(target_probs: torch.Tensor | ProbRows,  # [n + 1, V]
+                       proposed: torch.Tensor,                  # [n] long
                        generator: torch.Generator) -> tuple[int, int]:
-    """(number accepted, next token id): the target samples every position; keep proposals while equal."""
+    """(number accepted, next token id): the target samples each position; keep proposals while equal.
+
+    The uniforms of all n + 1 positions are drawn first, exactly as `sample` over the whole matrix
+    draws them, then positions are sampled in order up to the first mismatch, so `target_probs` may
+    be `ProbRows` (rows formed on demand) and the result equals the reference draw for draw.
+    """
     assert target_probs.ndim == 2 and proposed.ndim == 1 and target_probs.shape[0] == proposed.shape[0] + 1
-    own = sample(target_probs, generator)  # [n + 1]: t_i ~ p_i, independent draws
     n = proposed.shape[0]
-    mismatch = own[:n] != proposed
-    n_accepted = int(mismatch.int().argmax()) if bool(mismatch.any()) else n
-    return n_accepted, int(own[n_accepted])
+    u = uniforms((n + 1,), generator, target_probs.device)  # [n + 1, 1]: t_i ~ p_i, independent draws
+    wanted = proposed.tolist()
+    for i in range(n + 1):
+        own = int(inverse_cdf(target_probs[i], u[i]))
+        if i == n or own != wanted[i]:
+            return i, own
+    raise AssertionError("unreachable")
 
 
 def exact_match_verify_reference(target_probs, proposed, generator) -> tuple[int, int]:
