@@ -14,7 +14,7 @@ from xvocab import engine
 from xvocab.engine import generate
 from xvocab.sampling import SamplingParams, logits_to_probs, sample
 from xvocab.verify import (exact_match_verify, exact_match_verify_reference, greedy_verify, rejection_verify,
-                           rejection_verify_reference)
+                           rejection_verify_rows)
 from xvocab.zoo.tiny import mirror_model
 
 CROSS = ("slem", "tli", "slrs")
@@ -150,13 +150,13 @@ def test_fast_verifiers_equal_references_draw_for_draw():
     for trial in range(300):
         p, r, proposed = _random_case(gen, n=trial % 6, vocab=7)
         g1, g2 = torch.Generator().manual_seed(trial), torch.Generator().manual_seed(trial)
-        assert rejection_verify(p, r, proposed, g1) == rejection_verify_reference(p, r, proposed, g2)
+        assert rejection_verify(p, r, proposed, g1) == rejection_verify_rows(p, r, proposed, g2)
         g1, g2 = torch.Generator().manual_seed(trial), torch.Generator().manual_seed(trial)
         assert exact_match_verify(p, proposed, g1) == exact_match_verify_reference(p, proposed, g2)
 
 
-def test_exact_match_on_rows_formed_on_demand_equals_the_whole_matrix():
-    """The engine hands SLEM's verifier ProbRows; same draws and same generator state as full probs."""
+def test_verifiers_on_rows_formed_on_demand_equal_the_whole_matrix():
+    """On a CPU the engine hands the verifiers ProbRows; same draws and generator state as full probs."""
     from xvocab.sampling import ProbRows
 
     gen = torch.Generator().manual_seed(3)
@@ -170,6 +170,11 @@ def test_exact_match_on_rows_formed_on_demand_equals_the_whole_matrix():
             proposed[-1] = (proposed[-1] + 1) % 40
         g1, g2 = torch.Generator().manual_seed(trial), torch.Generator().manual_seed(trial)
         assert exact_match_verify(ProbRows(logits, params), proposed, g1) == exact_match_verify(own, proposed, g2)
+        assert torch.equal(torch.rand(3, generator=g1), torch.rand(3, generator=g2))
+        r = torch.softmax(torch.randn(n, 40, generator=gen), -1)
+        g1, g2 = torch.Generator().manual_seed(trial), torch.Generator().manual_seed(trial)
+        assert (rejection_verify_rows(ProbRows(logits, params), r, proposed, g1)
+                == rejection_verify(own, r, proposed, g2))
         assert torch.equal(torch.rand(3, generator=g1), torch.rand(3, generator=g2))
 
 
@@ -323,7 +328,7 @@ def test_zero_probability_token_is_never_accepted_even_when_u_is_zero(monkeypatc
     monkeypatch.setattr(torch, "rand", lambda n, generator=None, device=None, dtype=None: torch.zeros(n, device=device, dtype=dtype))
     p = torch.tensor([[0.0, 1.0], [0.5, 0.5]])
     r = torch.tensor([[1.0, 0.0]])
-    for verify in (rejection_verify, rejection_verify_reference):
+    for verify in (rejection_verify, rejection_verify_rows):
         assert verify(p, r, torch.tensor([0]), torch.Generator().manual_seed(0)) == (0, 1)
 
 

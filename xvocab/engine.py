@@ -28,7 +28,7 @@ from xvocab.kv import Decoder
 from xvocab.sampling import ProbRows, SamplingParams, logits_to_probs
 from xvocab.stats import Stats
 from xvocab.tokens import codec
-from xvocab.verify import exact_match_verify, greedy_verify, rejection_verify
+from xvocab.verify import exact_match_verify, greedy_verify, rejection_verify, rejection_verify_rows
 
 ALGORITHMS = tuple(DRAFTERS)
 
@@ -170,8 +170,10 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
         elif proposal.probs is None:
             n_acc, nxt = exact_match_verify(ProbRows(logits, params), proposed, generator)  # rows on demand
         else:
-            n_acc, nxt = rejection_verify(logits_to_probs(logits, params), proposal.probs.to(device), proposed,
-                                          generator)
+            on_cpu = device.type == "cpu"  # rows on demand there; one vectorized pass on accelerators
+            verify = rejection_verify_rows if on_cpu else rejection_verify
+            n_acc, nxt = verify(ProbRows(logits, params) if on_cpu else logits_to_probs(logits, params),
+                                proposal.probs.to(device), proposed, generator)
         new = proposal.ids[:n_acc] + [nxt]
         stats.record_step(len(proposal.ids), n_acc, first_token=not out, now=time.perf_counter() - wall0)
         stop = next((i for i, x in enumerate(new) if x in eos), None)

@@ -18,8 +18,10 @@ At temperature 0 both reduce to `greedy_verify`: p and r are one-hot, so a propo
 accepted iff it is the target's argmax, and the next token is the argmax where they
 first differ; it needs neither distributions nor random draws.
 
-Each has a readable per-position reference beside the vectorized path; both consume
-the generator identically, so tests compare them draw for draw.
+Each has a readable per-position form beside the vectorized path; both consume the
+generator identically, so tests compare them draw for draw. On a CPU the engine runs the
+per-position forms over `ProbRows`, forming the target's rows only up to the first
+rejection; the vectorized ones suit accelerators (one host sync).
 """
 from __future__ import annotations
 
@@ -52,16 +54,18 @@ def rejection_verify(target_probs: torch.Tensor,   # [n + 1, V] p at each propos
     return n_accepted, int(sample(dist, generator))
 
 
-def rejection_verify_reference(target_probs, proposal_probs, proposed, generator) -> tuple[int, int]:
-    """Position by position, as written in the papers."""
+def rejection_verify_rows(target_probs: torch.Tensor | ProbRows, proposal_probs, proposed, generator) -> tuple[int, int]:
+    """Position by position, as written in the papers: the reference `rejection_verify` is tested
+    against draw for draw, and the engine's path on a CPU, where `target_probs` is ProbRows and the
+    rows after the first rejection are never formed (the vectorized form needs them all)."""
     n = len(proposed)
     uniform = torch.rand(n, generator=generator, device=target_probs.device)
     for i in range(n):
-        x = int(proposed[i])
-        p, r = float(target_probs[i, x]), float(proposal_probs[i, x])
+        x, row = int(proposed[i]), target_probs[i]
+        p, r = float(row[x]), float(proposal_probs[i, x])
         if float(uniform[i]) * r >= p:  # rejected (u >= p / r): draw from the residual
-            residual = (target_probs[i] - proposal_probs[i]).clamp_min(0)
-            dist = residual / residual.sum() if residual.sum() > 0 else target_probs[i]
+            residual = (row - proposal_probs[i]).clamp_min(0)
+            dist = residual / residual.sum() if residual.sum() > 0 else row
             return i, int(sample(dist, generator))
     return n, int(sample(target_probs[n], generator))
 
