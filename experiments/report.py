@@ -23,8 +23,9 @@ from pathlib import Path
 from xvocab import records
 from xvocab.cost import speedup_bounds
 
-GROUP = ("target", "draft", "dataset", "temperature", "max_new_tokens", "algorithm", "k", "draft_confidence")
-OPTIONAL = {"draft_confidence": 0.0}  # config fields absent from records made before they existed
+GROUP = ("target", "draft", "dataset", "temperature", "max_new_tokens", "algorithm", "k", "draft_confidence",
+         "draft_encoding")
+OPTIONAL = {"draft_confidence": 0.0, "draft_encoding": None}  # config fields absent from records made before them
 BASELINE = ("target", "dataset", "temperature", "max_new_tokens", "device", "dtype", "threads", "top_k", "top_p")
 COLUMNS = ("target", "draft", "dataset", "temperature", "algorithm", "k", "draft_confidence", "prompts", "ttft_s", "tpot_ms",
            "tokens_per_s", "speedup", "tau", "acceptance", "per_position", "pass_at_1", "equals_ar")
@@ -95,7 +96,7 @@ def aggregate(recs: list[dict]) -> list[dict]:
         base = ar.get(r["baseline_key"])
         r["speedup"] = r["tokens_per_s"] / base if base else None
     rows.sort(key=lambda r: (r["target"], r["dataset"], r["temperature"], r["algorithm"] != "ar", str(r["draft"]),
-                             r["algorithm"], r["k"], r["draft_confidence"]))
+                             r["algorithm"], r["k"], r["draft_confidence"], str(r["draft_encoding"])))
     return rows
 
 
@@ -144,9 +145,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     rows = aggregate(recs)
     costs = [c for d in args.results_dirs for c in records.read(d / "costs.jsonl")]
     columns = COLUMNS + COST_COLUMNS if add_costs(rows, costs) else COLUMNS
+    if any(r["draft_encoding"] for r in rows):  # shown only where a sweep set it (else: each drafter's own)
+        at = columns.index("draft_confidence") + 1
+        columns = columns[:at] + ("draft_encoding",) + columns[at:]
     out = args.results_dirs[0]
     records.write_atomic(out / "report.md", to_markdown(rows, columns) + "\n")
-    records.write_atomic(out / "report.csv", to_csv(rows, columns + (("bound_paper",) if columns != COLUMNS else ())))
+    records.write_atomic(out / "report.csv", to_csv(rows, columns + (("bound_paper",) if "bound" in columns else ())))
     records.write_atomic(out / "report.tex", to_latex(rows, columns) + "\n")
     print(to_markdown(rows, columns))
     return rows

@@ -68,7 +68,8 @@ def point(cfg: dict, algorithm: str) -> dict:
             "top_k": cfg["top_k"], "top_p": cfg["top_p"], "max_new_tokens": cfg["max_new_tokens"],
             "seed": cfg["seed"], "device": resolve_device(cfg["device"]), "dtype": cfg["dtype"], "threads": cfg["threads"],
             # Present only when on, so records made before the option existed keep their hashes.
-            **({"draft_confidence": cfg["draft_confidence"]} if cfg["draft_confidence"] and not ar else {})}
+            **({"draft_confidence": cfg["draft_confidence"]} if cfg["draft_confidence"] and not ar else {}),
+            **({"draft_encoding": cfg["draft_encoding"]} if cfg.get("draft_encoding") and not ar else {})}
 
 
 def _generate(row, index, cfg, algorithm, models):
@@ -76,7 +77,8 @@ def _generate(row, index, cfg, algorithm, models):
     return xvocab.generate(row["prompt"], target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt,
                            algorithm=algorithm, k=cfg["k"], max_new_tokens=cfg["max_new_tokens"],
                            temperature=cfg["temperature"], top_k=cfg["top_k"], top_p=cfg["top_p"],
-                           seed=cfg["seed"] + index, draft_confidence=cfg["draft_confidence"])
+                           seed=cfg["seed"] + index, draft_confidence=cfg["draft_confidence"],
+                           draft_encoding=None if algorithm == "ar" else cfg.get("draft_encoding"))
 
 
 def _record(conf: dict, row: dict, index: int, out, cfg: dict) -> dict:

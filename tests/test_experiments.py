@@ -83,6 +83,15 @@ def test_killed_sweep_resumes_and_loses_nothing(tmp_path):
     assert len(records.read(path)) == 4
 
 
+def test_draft_encoding_is_a_config_axis(tmp_path):
+    cfg = _cfg(tmp_path) | {"draft_encoding": "aligned"}
+    cfg.pop("hydra", None)
+    recs = records.read(run.run(cfg))
+    assert {(r["config"]["algorithm"], r["config"].get("draft_encoding")) for r in recs} == {("slem", "aligned"),
+                                                                                             ("ar", None)}
+    assert all(r["equals_ar"] for r in recs if r["config"]["algorithm"] == "slem")
+
+
 def _fake(alg, k, tokens, forwards, wall, accepted, proposed, **extra):
     config = {"target": "T", "draft": None if alg == "ar" else "D", "algorithm": alg, "dataset": "humaneval",
               "k": k, "temperature": 0.0, "top_k": 0, "top_p": 1.0, "max_new_tokens": tokens, "seed": 0,
@@ -118,6 +127,15 @@ def test_report_on_a_fixture_of_records(tmp_path):
     assert rows["slem"]["bound_paper"] == pytest.approx(2.5 / 1.2)
     assert rows["slem"]["efficiency"] == pytest.approx(2.0 / (2.5 / 1.8))
     assert "efficiency" in (tmp_path / "report.md").read_text() and "c" not in rows["ar"]
+    assert "draft_encoding" not in (tmp_path / "report.md").read_text()  # no sweep set it
+    # A sweep over the draft encoding keeps its points apart and shows the column.
+    aligned = _fake("slem", 4, 10, 5, 1.0, [4, 1], [4, 4], equals_ar=True)
+    aligned["config"]["draft_encoding"] = "aligned"
+    aligned["config_hash"] = records.config_hash(aligned["config"])
+    records.append(tmp_path / "records.jsonl", aligned)
+    rows = {(r["algorithm"], r["draft_encoding"]): r for r in report.main([str(tmp_path)])}
+    assert rows["slem", "aligned"]["tau"] == pytest.approx(2.0) and rows["slem", None]["tau"] == pytest.approx(2.5)
+    assert "| draft_encoding |" in (tmp_path / "report.md").read_text()
 
 
 def test_forward_costs_are_measured_on_a_warm_cache():
