@@ -23,7 +23,6 @@ from tqdm import tqdm
 import xvocab
 from experiments import datasets, humaneval
 from xvocab import records, zoo
-from xvocab.zoo.models import any_tokenizer
 from xvocab.zoo.tiny import mirror_model
 
 
@@ -45,7 +44,7 @@ def load_tokenizer(spec: str):
     """The tokenizer of what `load_model(spec)` would load, without the weights."""
     if spec.startswith("tiny:"):
         return zoo.tokenizer(spec.split(":")[1])
-    return any_tokenizer(spec)
+    return zoo.tokenizer(spec)
 
 
 @lru_cache(maxsize=4)

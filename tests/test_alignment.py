@@ -267,3 +267,14 @@ def test_fast_sync_equals_reference_with_the_aligned_encoding(name):
         assert old.apply(c, *fast).text == text[:complete_utf8(text)]
 
     check()
+
+
+def test_cut_agreement_counts_what_the_aligned_encoding_fixes():
+    from xvocab.alignment.aligned import cut_agreement
+    from xvocab.pair_report import main as pair_report
+
+    code = ["def f(x):\n    return x + 1\n", "    if a:\n        b = [1, 2]\n"]
+    r = cut_agreement(xvocab.zoo.tokenizer("gemma-4"), xvocab.zoo.tokenizer("deepseek-coder"), code)
+    assert 0 < r["target_in_intersection"] <= 1 and r["target_tokens"] > 10
+    assert r["native_cuts_on_target_cuts"] < r["aligned_cuts_on_target_cuts"] == 1.0  # every token here is shared
+    assert pair_report(["gemma-4", "deepseek-coder", "--cuts"])[0]["target_tokens"] > 10_000  # all of HumanEval

@@ -9,6 +9,11 @@ The first thing to run before choosing a pair. For each (target, draft):
   prose, CJK, whitespace runs): below 1 means the target's tokens are longer.
 Names are zoo tokenizer or model names, hub ids or local directories. Output: a
 Markdown table on stdout and, with --csv, a CSV file (written atomically).
+
+`--cuts` measures instead, on HumanEval (prompt + canonical solution), how close the draft's
+segmentation is to the target's (xvocab.alignment.aligned.cut_agreement): the share of target
+tokens the draft vocabulary has, and the share of draft cuts that are target cuts, for the
+draft's native and target-aligned encodings.
 """
 from __future__ import annotations
 
@@ -90,6 +95,20 @@ def write_csv(rows: list[PairRow], path: str) -> None:
     records.write_atomic(Path(path).absolute(), buf.getvalue())
 
 
+def cuts_report(target: str, draft: str) -> dict:
+    """Print and return cut_agreement of two named tokenizers on HumanEval prompts + canonical solutions."""
+    from xvocab.alignment.aligned import cut_agreement
+
+    texts = [r["prompt"] + r["canonical_solution"] for r in zoo.dataset("humaneval")]
+    result = cut_agreement(zoo.tokenizer(target), zoo.tokenizer(draft), texts)
+    print(f"{target} <- {draft} on {len(texts)} HumanEval prompts + solutions ({result['target_tokens']:,} target tokens)")
+    print(f"target tokens the draft vocabulary has: {100 * result['target_in_intersection']:.1f}%")
+    for enc in ("native", "aligned"):
+        print(f"{enc:>7} draft encoding: {result[enc + '_draft_tokens']:,} tokens, "
+              f"{100 * result[enc + '_cuts_on_target_cuts']:.1f}% of its cuts are target cuts")
+    return result
+
+
 def main(argv: list[str] | None = None) -> list[PairRow]:
     parser = argparse.ArgumentParser(prog="python -m xvocab.pair_report", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -97,11 +116,14 @@ def main(argv: list[str] | None = None) -> list[PairRow]:
     parser.add_argument("draft", nargs="?")
     parser.add_argument("--all", action="store_true", help="every ordered pair of zoo tokenizers and models")
     parser.add_argument("--csv", help="also write the rows to this CSV file")
+    parser.add_argument("--cuts", action="store_true", help="segmentation agreement of TARGET and DRAFT on HumanEval")
     args = parser.parse_args(argv)
     if args.all == bool(args.target):
         parser.error("give TARGET and DRAFT, or --all")
     if args.target and not args.draft:
         parser.error("give both TARGET and DRAFT")
+    if args.cuts:
+        return [cuts_report(args.target, args.draft)]
     names = zoo.tokenizer_names() + zoo.model_names()
     pairs = [(t, d) for t in names for d in names if t != d] if args.all else [(args.target, args.draft)]
     start = time.perf_counter()

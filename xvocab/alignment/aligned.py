@@ -77,3 +77,32 @@ def draft_codec(target_tokenizer, draft_tokenizer, encoding: str) -> ByteCodec:
 def model_encoding(model) -> str:
     """The encoding a draft model was trained on, from its config (`native` unless it says otherwise)."""
     return getattr(getattr(model, "config", None), CONFIG_KEY, None) or DEFAULT_ENCODING
+
+
+def _cut_offsets(c: ByteCodec, ids: list[int]) -> list[int]:
+    offsets, end = [], 0
+    for i in ids:
+        end += len(c.token_bytes[i] or b"")
+        offsets.append(end)
+    return offsets
+
+
+def cut_agreement(target_tokenizer, draft_tokenizer, texts: list[str]) -> dict:
+    """How close a draft encoding is to the target's cuts on `texts` (the measurement behind this module):
+    `target_in_intersection`, the share of the target's tokens the draft vocabulary has (TLI's ceiling per
+    position), and for each encoding the share of the draft's cuts that are also target cuts."""
+    t_codec, t2d = codec(target_tokenizer), intersection(target_tokenizer, draft_tokenizer).target_to_draft
+    t_ids = [t_codec.encode_continuation(t) for t in texts]
+    out = {"target_tokens": sum(map(len, t_ids)),
+           "target_in_intersection": sum(int((t2d[ids] != NO_TOKEN).sum()) for ids in t_ids if ids)
+           / max(sum(map(len, t_ids)), 1)}
+    for encoding in ENCODINGS:
+        c = draft_codec(target_tokenizer, draft_tokenizer, encoding)
+        shared = total = 0
+        for text, ids in zip(texts, t_ids):
+            target_cuts = set(_cut_offsets(t_codec, ids))
+            cuts = _cut_offsets(c, c.encode_continuation(text))
+            shared, total = shared + sum(x in target_cuts for x in cuts), total + len(cuts)
+        out[f"{encoding}_draft_tokens"], out[f"{encoding}_cuts_on_target_cuts"] = total, shared / max(total, 1)
+    return out
+

@@ -142,21 +142,6 @@ def model_tokenizer(name: str):
     return load_converted(cached_conversion(f"model-{name}", _gguf_path(name), "gguf"))
 
 
-def _source(name: str) -> str:
-    """Where model `name` comes from: a committed `drafter`, an `external` hub id or directory, or the `zoo`."""
-    if name in drafter_names():
-        return "drafter"
-    return "external" if name not in MODELS and is_external(name) else "zoo"
-
-
-def any_tokenizer(name: str):
-    """The tokenizer of anything `model` accepts, without loading (or building) the weights."""
-    kind = _source(name)
-    if kind == "zoo":
-        return model_tokenizer(name)
-    return checkpoint_tokenizer(str(DRAFTERS_DIR / name) if kind == "drafter" else name)
-
-
 def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -173,10 +158,15 @@ def model(name: str, *, dtype: torch.dtype | str = torch.float32, device: str | 
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype)
     device = device or default_device()
-    kind = _source(name)
-    path = {"drafter": lambda: str(DRAFTERS_DIR / name), "external": lambda: name,
-            "zoo": lambda: str(checkpoint_dir(name))}[kind]()
-    tok = any_tokenizer(name)
+    if name in drafter_names():
+        path = str(DRAFTERS_DIR / name)
+        tok = checkpoint_tokenizer(path)
+    elif name not in MODELS and is_external(name):
+        path = name
+        tok = checkpoint_tokenizer(path)
+    else:
+        path = str(checkpoint_dir(name))
+        tok = model_tokenizer(name)
     if device_map is not None:
         return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, device_map=device_map).eval(), tok
     net = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
