@@ -15,7 +15,7 @@ token, so such a drafter's best guess is often masked out. A drafter *trained an
 aligned encoding proposes, wherever the intersection allows, exactly the token the target would
 emit (94% of Gemma's tokens on that text have a DeepSeek-Coder counterpart).
 
-Invariant (tests/test_aligned.py): for any text t, bytes_of(encode_continuation(t)) == t.encode(),
+Invariant (tests/test_alignment.py): for any text t, bytes_of(encode_continuation(t)) == t.encode(),
 exactly as for the native codec; and every emitted id of a target token in the intersection is
 its mapped id. Losslessness never depends on the encoding: only what the draft proposes changes.
 
@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from xvocab.alignment.intersection import NO_TOKEN, intersection
+from xvocab.errors import ConfigError
 from xvocab.tokens import ByteCodec, codec
 
 ENCODINGS = ("native", "aligned")
@@ -67,8 +68,6 @@ def aligned_codec(target_tokenizer, draft_tokenizer) -> AlignedCodec:
 
 def draft_codec(target_tokenizer, draft_tokenizer, encoding: str) -> ByteCodec:
     """The codec the draft side uses: its own (`native`) or aligned to the target (`aligned`)."""
-    from xvocab.errors import ConfigError
-
     if encoding not in ENCODINGS:
         raise ConfigError(f"draft_encoding={encoding!r}; choose one of {', '.join(ENCODINGS)}")
     return codec(draft_tokenizer) if encoding == "native" else aligned_codec(target_tokenizer, draft_tokenizer)
