@@ -134,7 +134,7 @@ def test_train_drafter_command_end_to_end_on_a_tiny_target(tmp_path):
            "teacher.max_new_tokens=5", "teacher.dtype=float32", "student.layers=1", "student.hidden=32",
            "student.intermediate=64", "student.heads=2", "student.steps=4", "student.batch_size=2",
            "student.holdout=2", "student.eval_every=2", "student.checkpoint_every=2", "threads=1", "device=cpu",
-           "student.encoding=aligned", f"hydra.run.dir={tmp_path / 'hydra'}"]
+           "student.encoding=aligned", "name=tiny-drafter", f"hydra.run.dir={tmp_path / 'hydra'}"]
     proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert len(list((tmp_path / "work" / "teacher").glob("shard-*.jsonl"))) == 2
@@ -148,7 +148,7 @@ def test_train_drafter_command_end_to_end_on_a_tiny_target(tmp_path):
     proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert len((out / "train_log.jsonl").read_text().splitlines()) == 4
-    # Resuming that student on differently encoded text is refused, naming the setting.
+    # Resuming that student (same name) on differently encoded text is refused, naming the setting.
     other = [c.replace("encoding=aligned", "encoding=native") for c in cmd] + ["stage=student"]
     proc = subprocess.run(other, cwd=root, capture_output=True, text=True, timeout=600)
     assert proc.returncode != 0 and "other settings {'encoding': ('aligned', 'native')}" in proc.stderr
@@ -170,7 +170,7 @@ def test_micro_batches_give_the_whole_batch_gradient():
     assert torch.allclose(grads[0], grads[1], atol=1e-6, rtol=1e-4)
 
 
-SHIPPED = "gemma-3-270m-drafter-deepseek-coder"
+SHIPPED = "gemma-3-270m-drafter-deepseek-coder-aligned"
 
 
 def test_shipped_drafter_is_small_whole_and_lossless_on_humaneval():

@@ -292,7 +292,8 @@ def test_sampled_sequence_test_rejects_a_wrong_verifier(tiny_pairs, monkeypatch)
         n = len(proposed)
         return n, int(sample(target_probs[n], generator))
 
-    monkeypatch.setattr(engine, "rejection_verify", accept_everything)
+    for name in ("rejection_verify", "rejection_verify_rows"):  # the accelerator and the CPU path
+        monkeypatch.setattr(engine, name, accept_everything)
     params = SamplingParams(temperature=1.0, top_k=3)
     assert _sequence_pvalue(target, tt, draft, dt, "tli", 500, params) < ALPHA
 
