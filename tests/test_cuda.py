@@ -1,6 +1,5 @@
 """The CUDA path (skipped without CUDA): greedy equality and determinism on the GPU."""
 import pytest
-import torch
 
 import xvocab
 from xvocab.zoo.tiny import mirror_model

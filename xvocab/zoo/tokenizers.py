@@ -24,7 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
-from xvocab.errors import AssetError, UnknownNameError
+from xvocab.errors import AssetError
 from xvocab.zoo.assets import PACKAGES, unpacked
 from xvocab.zoo.cache import atomic_dir, cache_dir, check_name, is_external
 
