@@ -130,7 +130,7 @@ vocabulary of the `{extra['draft_tokenizer']}` tokenizer (tied embeddings). Not 
 Trained by sequence-level distillation: `{extra['target']}` ({teacher['dtype']}) continued
 {extra['teacher_documents']} HumanEval-style prompts cut from the Python {teacher['python']} standard library
 (HumanEval's own prompts and entry points excluded), greedy and sampled at T={teacher['temperature']}; the student
-learned that text re-tokenized with its own tokenizer ({_ENCODING_WORDS[extra['student_config'].get('encoding', 'native')]}),
+learned that text written in its own vocabulary, {_ENCODING_WORDS[extra['student_config'].get('encoding', 'native')]},
 mixed with raw standard-library source
 (share {extra['student_config']['raw_fraction']}), for {extra['step']} steps ({extra['tokens']:,} tokens,
 {extra['seconds'] / 60:.0f} min on {extra['device']}). Held-out teacher text loss: {extra['final_val_loss']}.
@@ -141,9 +141,9 @@ Loss curve: `loss.png`; per-step log: `train_log.jsonl`.
 """
 
 
-_ENCODING_WORDS = {"native": "its own segmentation",
-                   "aligned": "in the target's segmentation wherever the vocabularies share a token, "
-                              "xvocab.alignment.aligned; xvocab drafts with the same encoding"}
+_ENCODING_WORDS = {"native": "cut by its own tokenizer",
+                   "aligned": "cut where the target's tokenizer cuts wherever the vocabularies share the token "
+                              "(xvocab.alignment.aligned; xvocab drafts the same way)"}
 
 
 def _has_amx() -> bool:
