@@ -450,6 +450,6 @@ def test_draft_ids_bias_and_push_equal_masking(tiny_pairs):
         allowed = ids.to_target != engine.NO_TOKEN
         assert 0 < int(allowed.sum()) < len(allowed)  # a real restriction, so the comparison can fail
         q = torch.softmax(logits.masked_fill(~allowed, float("-inf")), -1)
-        assert torch.equal(torch.softmax(logits + ids.bias, -1), q)
+        assert torch.equal(torch.softmax(ids.restrict(logits), -1), q)
         masked = torch.zeros(tables.target_vocab).index_add_(0, ids.to_target[allowed], q[allowed])
         assert torch.equal(ids.push(q, tables.target_vocab), masked)

@@ -57,6 +57,10 @@ class DraftIds:
         src = allowed.nonzero().flatten()
         return DraftIds(to_target, bias, src, to_target[src])
 
+    def restrict(self, logits: torch.Tensor) -> torch.Tensor:
+        """logits [V_draft] -> float32 logits, -inf outside the allowed ids (done once per drafted token)."""
+        return logits.float() + self.bias
+
     def to(self, device) -> "DraftIds":
         return DraftIds(*(t.to(device) for t in (self.to_target, self.bias, self.src, self.dst)))
 
@@ -77,13 +81,13 @@ class DraftContext:
     draft_confidence: float = 0.0  # stop drafting after a token the draft gives less than this probability
     align_seconds: float = 0.0
 
-    def confident(self, logits: torch.Tensor, bias: torch.Tensor | None, d: int) -> bool:
-        """Whether to keep drafting after id d: its probability under the (restricted) draft softmax
-        reaches `draft_confidence`. Only how many tokens are proposed changes; never what is emitted."""
+    def confident(self, logits: torch.Tensor, d: int) -> bool:
+        """Whether to keep drafting after id d: its probability under the draft softmax of `logits` (as
+        drawn from: restricted where the drafter restricts) reaches `draft_confidence`. Only how many
+        tokens are proposed changes; never what is emitted."""
         if self.draft_confidence <= 0:
             return True
-        logits = logits.float() if bias is None else logits.float() + bias
-        return float(torch.softmax(logits, -1)[d]) >= self.draft_confidence
+        return float(torch.softmax(logits.float(), -1)[d]) >= self.draft_confidence
 
     def sync_draft(self, text: bytes) -> None:
         """Make the draft spell `text` (re-tokenizing only the boundary), rolling back its cache.
@@ -93,16 +97,13 @@ class DraftContext:
         self.draft.rewind(keep, append)
         self.align_seconds += time.perf_counter() - start
 
-    def draw(self, logits: torch.Tensor,                 # [V_draft]
-             bias: torch.Tensor | None = None,            # [V_draft] DraftIds.bias, or None for all ids
-             ) -> tuple[int, torch.Tensor | None]:
-        """A draft id from q (restricted by `bias` to the allowed ids, renormalized), and q itself [V_draft].
+    def draw(self, logits: torch.Tensor) -> tuple[int, torch.Tensor | None]:  # logits [V_draft]
+        """A draft id from q = the distribution of `logits` (a drafter that restricts its ids passes
+        DraftIds.restrict(logits): q is then renormalized over them), and q itself [V_draft].
 
         Greedy: the restricted argmax and no q, since every verification rule then reduces to
         comparing with the target's argmax (xvocab.verify.greedy_verify) and needs no distribution.
         """
-        if bias is not None:
-            logits = logits.float() + bias
         if self.params.greedy:
             return int(argmax(logits)), None
         q = logits_to_probs(logits, self.params)

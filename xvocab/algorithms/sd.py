@@ -19,6 +19,6 @@ def draft(ctx: DraftContext, k: int) -> Proposal:
         if q is not None:
             rows.append(q)
         ctx.draft.rewind(len(ctx.draft.stream.ids), [x])
-        if not ctx.confident(logits, None, x):
+        if not ctx.confident(logits, x):
             break
     return Proposal.of(ids, rows)

@@ -28,7 +28,7 @@ def draft(ctx: DraftContext, k: int) -> Proposal:
         ctx.draft.rewind(len(ctx.draft.stream.ids), [d])
         if ctx.draft.codec.token_bytes[d] is None:  # EOS or another special token ends the draft
             break
-        if not ctx.confident(logits, None, d):
+        if not ctx.confident(logits, d):
             break
     drafted = list(ctx.draft.stream.ids[start_len:])
     if ctx.same_vocab:

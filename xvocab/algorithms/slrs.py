@@ -28,8 +28,8 @@ def draft(ctx: DraftContext, k: int) -> Proposal:
     text = ctx.target.stream.text
     ids, rows = [], []
     for _ in range(k):
-        logits = ctx.draft.next_logits()
-        d, q = ctx.draw(logits, m.bias)  # q [V_draft]; None when greedy
+        logits = m.restrict(ctx.draft.next_logits())  # [V_draft], -inf outside the allowed ids
+        d, q = ctx.draw(logits)  # q [V_draft]; None when greedy
         t = int(m.to_target[d])
         ids.append(t)
         if q is not None:  # psi [V_target]
@@ -42,6 +42,6 @@ def draft(ctx: DraftContext, k: int) -> Proposal:
             ctx.draft.rewind(len(ctx.draft.stream.ids), [d])
         else:
             ctx.sync_draft(text)
-        if not ctx.confident(logits, m.bias, d):
+        if not ctx.confident(logits, d):
             break
     return Proposal.of(ids, rows)

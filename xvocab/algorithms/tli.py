@@ -21,12 +21,12 @@ def draft(ctx: DraftContext, k: int) -> Proposal:
     m = ctx.maps.tli  # DraftIds: the intersection, draft id -> target id
     ids, rows = [], []
     for _ in range(k):
-        logits = ctx.draft.next_logits()
-        d, q = ctx.draw(logits, m.bias)  # q [V_draft], zero outside I; None when greedy
+        logits = m.restrict(ctx.draft.next_logits())  # [V_draft], -inf outside the allowed ids
+        d, q = ctx.draw(logits)  # q [V_draft], zero outside I; None when greedy
         ids.append(int(m.to_target[d]))
         if q is not None:
             rows.append(m.push(q, ctx.maps.target_vocab))  # q~ [V_target]
         ctx.draft.rewind(len(ctx.draft.stream.ids), [d])  # bytes(d) == bytes(map(d)): no re-tokenization
-        if not ctx.confident(logits, m.bias, d):
+        if not ctx.confident(logits, d):
             break
     return Proposal.of(ids, rows)
