@@ -97,13 +97,13 @@ def write_csv(rows: list[PairRow], path: str) -> None:
 
 def cuts_report(target: str, draft: str) -> dict:
     """Print and return cut_agreement of two named tokenizers on HumanEval prompts + canonical solutions."""
-    from xvocab.alignment.aligned import cut_agreement
+    from xvocab.alignment.aligned import ENCODINGS, cut_agreement
 
     texts = [r["prompt"] + r["canonical_solution"] for r in zoo.dataset("humaneval")]
     result = cut_agreement(zoo.tokenizer(target), zoo.tokenizer(draft), texts)
     print(f"{target} <- {draft} on {len(texts)} HumanEval prompts + solutions ({result['target_tokens']:,} target tokens)")
     print(f"target tokens the draft vocabulary has: {100 * result['target_in_intersection']:.1f}%")
-    for enc in ("native", "aligned"):
+    for enc in ENCODINGS:
         print(f"{enc:>7} draft encoding: {result[enc + '_draft_tokens']:,} tokens, "
               f"{100 * result[enc + '_cuts_on_target_cuts']:.1f}% of its cuts are target cuts")
     return result

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from xvocab.alignment.intersection import NO_TOKEN, intersection
+from xvocab.alignment.translate import Stream
 from xvocab.errors import ConfigError
 from xvocab.tokens import ByteCodec, codec
 
@@ -78,14 +79,6 @@ def model_encoding(model) -> str:
     return getattr(getattr(model, "config", None), CONFIG_KEY, None) or DEFAULT_ENCODING
 
 
-def _cut_offsets(c: ByteCodec, ids: list[int]) -> list[int]:
-    offsets, end = [], 0
-    for i in ids:
-        end += len(c.token_bytes[i] or b"")
-        offsets.append(end)
-    return offsets
-
-
 def cut_agreement(target_tokenizer, draft_tokenizer, texts: list[str]) -> dict:
     """How close a draft encoding is to the target's cuts on `texts` (the measurement behind this module):
     `target_in_intersection`, the share of the target's tokens the draft vocabulary has (TLI's ceiling per
@@ -99,8 +92,8 @@ def cut_agreement(target_tokenizer, draft_tokenizer, texts: list[str]) -> dict:
         c = draft_codec(target_tokenizer, draft_tokenizer, encoding)
         shared = total = 0
         for text, ids in zip(texts, t_ids):
-            target_cuts = set(_cut_offsets(t_codec, ids))
-            cuts = _cut_offsets(c, c.encode_continuation(text))
+            target_cuts = set(Stream.of(t_codec, ids).ends)
+            cuts = Stream.of(c, c.encode_continuation(text)).ends
             shared, total = shared + sum(x in target_cuts for x in cuts), total + len(cuts)
         out[f"{encoding}_draft_tokens"], out[f"{encoding}_cuts_on_target_cuts"] = total, shared / max(total, 1)
     return out
