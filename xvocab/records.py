@@ -55,6 +55,12 @@ def write_atomic(path: str | Path, text: str) -> None:
     os.replace(fh.name, path)
 
 
+def changed_settings(stored: dict, asked: dict) -> dict:
+    """{key: (stored value, asked value)} for every key whose value differs (a missing key counts as None):
+    what a resumed run would silently mix, for the error that refuses it."""
+    return {k: (stored.get(k), asked.get(k)) for k in sorted(set(stored) | set(asked)) if stored.get(k) != asked.get(k)}
+
+
 def read(path: str | Path) -> list[dict]:
     """All complete records of a file (a partial line left by a kill is skipped)."""
     path = Path(path)

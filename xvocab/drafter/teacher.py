@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 
 from xvocab.engine import prompt_ids
 from xvocab.errors import ConfigError
-from xvocab.records import write_atomic
+from xvocab.records import changed_settings, write_atomic
 from xvocab.sampling import SamplingParams, logits_to_probs, sample
 
 
@@ -99,9 +99,8 @@ def generate_teacher_text(target, tokenizer, prompts: list[dict], out_dir: str |
                 temperature=temperature, seed=seed)
     meta_path = out_dir / "meta.json"
     if meta_path.exists():
-        stored = json.loads(meta_path.read_text())
-        if stored != meta:
-            diff = {k: (stored.get(k), meta.get(k)) for k in set(stored) | set(meta) if stored.get(k) != meta.get(k)}
+        diff = changed_settings(json.loads(meta_path.read_text()), meta)
+        if diff:
             raise ConfigError(f"{out_dir} holds teacher text made with other settings {diff} (stored, asked); "
                               f"use another output directory or delete it")
     else:

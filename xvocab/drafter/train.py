@@ -110,7 +110,7 @@ def _check_resume(path: Path, settings: dict) -> None:
         new = {k: v for k, v in settings["student"].items() if k not in _RESUMABLE}
         old["draft_tokenizer"], new["draft_tokenizer"] = stored.get("draft_tokenizer"), settings["draft_tokenizer"]
         old.setdefault("encoding", "native")  # runs made before the setting existed
-        diff = {k: (old.get(k), new.get(k)) for k in set(old) | set(new) if old.get(k) != new.get(k)}
+        diff = records.changed_settings(old, new)
         if diff:
             raise ConfigError(f"{path.parent} holds a student trained with other settings {diff} (stored, asked); "
                               f"pick another name= or delete that directory")
