@@ -51,7 +51,7 @@ class ForwardClock:
 
 
 def hf_generate(prompt, target, tt, draft, dt, k, max_new_tokens, temperature, seed, assisted):
-    ids = torch.tensor([xvocab.engine.prompt_ids(tt, prompt)], device=target.device)
+    ids = torch.tensor([xvocab.roles.prompt_ids(tt, prompt)], device=target.device)
     kw = dict(max_new_tokens=max_new_tokens, do_sample=temperature > 0, pad_token_id=tt.eos_token_id)
     if temperature > 0:
         kw.update(temperature=temperature, top_k=0, top_p=1.0)

@@ -2,6 +2,8 @@
 
 One row per (target, draft, dataset, temperature, max_new_tokens, algorithm, k): prompts,
 TTFT, TPOT, tokens/s, speedup over `ar` measured by the same code on the same target,
+target positions computed per generated token after the prompt (`fed_per_token`: 1 for ar, and
+(n + 1) / (n_accepted + 1) per verification of n proposals),
 dataset, temperature, device, dtype and threads, and the acceptance columns the paper
 lacks (tau, acceptance rate, per-position acceptance), plus pass@1 and the share of
 greedy outputs identical to `ar`. Writes report.md, report.csv and report.tex into the
@@ -24,11 +26,11 @@ from xvocab import records
 from xvocab.cost import speedup_bounds
 
 GROUP = ("target", "draft", "dataset", "temperature", "max_new_tokens", "algorithm", "k", "draft_confidence",
-         "draft_encoding")
-OPTIONAL = {"draft_confidence": 0.0, "draft_encoding": None}  # config fields absent from records made before them
-BASELINE = ("target", "dataset", "temperature", "max_new_tokens", "device", "dtype", "threads", "top_k", "top_p")
+         "draft_encoding", "cpu")
+OPTIONAL = {"draft_confidence": 0.0, "draft_encoding": None, "cpu": None}  # fields absent from older records
+BASELINE = ("target", "dataset", "temperature", "max_new_tokens", "device", "dtype", "threads", "top_k", "top_p", "cpu")
 COLUMNS = ("target", "draft", "dataset", "temperature", "algorithm", "k", "draft_confidence", "prompts", "ttft_s", "tpot_ms",
-           "tokens_per_s", "speedup", "tau", "acceptance", "per_position", "pass_at_1", "equals_ar")
+           "tokens_per_s", "speedup", "tau", "fed_per_token", "acceptance", "per_position", "pass_at_1", "equals_ar")
 COST_COLUMNS = ("c", "v", "bound", "efficiency")
 
 
@@ -64,9 +66,9 @@ def aggregate(recs: list[dict]) -> list[dict]:
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in unique.values():
         groups[tuple(r["config"].get(f, OPTIONAL.get(f)) for f in GROUP) +
-               (tuple(r["config"][f] for f in BASELINE),)].append(r)
+               (tuple(r["config"].get(f, OPTIONAL.get(f)) for f in BASELINE),)].append(r)
     # Greedy `ar` outputs per (baseline, prompt): a greedy run recorded without its own check is compared here.
-    ar_ids = {(tuple(r["config"][f] for f in BASELINE), r["prompt_id"]): r.get("token_ids") for r in unique.values()
+    ar_ids = {(tuple(r["config"].get(f, OPTIONAL.get(f)) for f in BASELINE), r["prompt_id"]): r.get("token_ids") for r in unique.values()
               if r["config"]["algorithm"] == "ar" and r["config"]["temperature"] == 0}
     rows = []
     for key, rs in groups.items():
@@ -85,6 +87,10 @@ def aggregate(recs: list[dict]) -> list[dict]:
             tpot_ms=1e3 * sum(r["tpot_seconds"] for r in rs) / len(rs),
             tokens_per_s=tokens / wall if wall else 0.0,
             tau=tokens / sum(r["target_forwards"] for r in rs),
+            # Target positions computed per generated token, the prompt's last token counted as the first step's
+            # pending token and the rest of the prefill excluded (the same for every method): ar gives exactly 1.
+            fed_per_token=(sum(r["target_tokens_fed"] - r["prompt_tokens"] + 1 for r in rs) / tokens
+                           if tokens and all("prompt_tokens" in r for r in rs) else None),
             acceptance=sum(sum(r["accepted_per_step"]) for r in rs) / total_proposed if total_proposed else None,
             per_position=[round(k / p, 3) for k, p in zip(kept, proposed)],
             pass_at_1=(sum(r["passed"] for r in rs) / len(rs)) if all("passed" in r for r in rs) else None,
@@ -95,7 +101,7 @@ def aggregate(recs: list[dict]) -> list[dict]:
     for r in rows:
         base = ar.get(r["baseline_key"])
         r["speedup"] = r["tokens_per_s"] / base if base else None
-    rows.sort(key=lambda r: (r["target"], r["dataset"], r["temperature"], r["algorithm"] != "ar", str(r["draft"]),
+    rows.sort(key=lambda r: (str(r["cpu"]), r["target"], r["dataset"], r["temperature"], r["algorithm"] != "ar", str(r["draft"]),
                              r["algorithm"], r["k"], r["draft_confidence"], str(r["draft_encoding"])))
     return rows
 
@@ -148,6 +154,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if any(r["draft_encoding"] for r in rows):  # shown only where a sweep set it (else: each drafter's own)
         at = columns.index("draft_confidence") + 1
         columns = columns[:at] + ("draft_encoding",) + columns[at:]
+    if any(r["cpu"] for r in rows):  # the machine each row was measured on (records made before it say nothing)
+        columns = columns + ("cpu",)
     out = args.results_dirs[0]
     records.write_atomic(out / "report.md", to_markdown(rows, columns) + "\n")
     records.write_atomic(out / "report.csv", to_csv(rows, columns + (("bound_paper",) if "bound" in columns else ())))

@@ -66,6 +66,8 @@ def point(cfg: dict, algorithm: str) -> dict:
             "dataset": cfg["dataset"]["name"], "k": 0 if ar else cfg["k"], "temperature": cfg["temperature"],
             "top_k": cfg["top_k"], "top_p": cfg["top_p"], "max_new_tokens": cfg["max_new_tokens"],
             "seed": cfg["seed"], "device": resolve_device(cfg["device"]), "dtype": cfg["dtype"], "threads": cfg["threads"],
+            # The machine is part of the point: a sweep rerun elsewhere measures there instead of reusing records.
+            "cpu": records.cpu_name(),
             # Present only when on, so records made before the option existed keep their hashes.
             **({"draft_confidence": cfg["draft_confidence"]} if cfg["draft_confidence"] and not ar else {}),
             **({"draft_encoding": cfg["draft_encoding"]} if cfg.get("draft_encoding") and not ar else {})}

@@ -14,17 +14,18 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from functools import lru_cache
 
 import torch
 
-from xvocab.algorithms import DRAFTERS, DraftContext
-from xvocab.algorithms.common import DraftIds, Side
+from xvocab.algorithms import DRAFTERS, DraftContext, Proposal
+from xvocab.algorithms.common import Side
 from xvocab.alignment.aligned import ENCODINGS, AlignedCodec, draft_codec, model_encoding
-from xvocab.alignment.intersection import NO_TOKEN, intersection
+from xvocab.alignment.intersection import NO_TOKEN  # noqa: F401  (re-exported for tests and scripts)
+from xvocab.alignment.tables import PairTables, pair_tables, same_vocabulary  # noqa: F401
 from xvocab.alignment.translate import common_prefix_length
-from xvocab.errors import ConfigError, VocabularyMismatchError
+from xvocab.errors import ConfigError, ContextFullError, VocabularyMismatchError
 from xvocab.kv import Decoder
+from xvocab.roles import eos_ids, prompt_ids
 from xvocab.sampling import ProbRows, SamplingParams, logits_to_probs
 from xvocab.stats import Stats
 from xvocab.tokens import codec
@@ -40,61 +41,8 @@ class Output:
     stats: Stats
 
 
-@dataclass(frozen=True, eq=False)
-class PairTables:
-    """Per-pair id tables the drafters use (identity maps when the vocabularies coincide)."""
-
-    tli: DraftIds    # the intersection: draft id -> the target id with the same bytes
-    slrs: DraftIds   # draft id -> first target token of its bytes
-    target_vocab: int
-    eos_target: int | None
-
-    def to(self, device) -> "PairTables":
-        return PairTables(self.tli.to(device), self.slrs.to(device), self.target_vocab, self.eos_target)
-
-
-@lru_cache(maxsize=8)
-def pair_tables(target_tokenizer, draft_tokenizer, target_vocab: int, draft_vocab: int) -> PairTables:
-    tc, dc = codec(target_tokenizer), codec(draft_tokenizer)
-    eos_t = target_tokenizer.eos_token_id
-    if same_vocabulary(target_tokenizer, draft_tokenizer):
-        ident = DraftIds.of(torch.arange(draft_vocab))
-        return PairTables(ident, ident, target_vocab, eos_t)
-    vmap = intersection(target_tokenizer, draft_tokenizer)
-    d2t = _pad(vmap.draft_to_target, draft_vocab)
-    first = torch.full((draft_vocab,), NO_TOKEN, dtype=torch.long)
-    for d, b in enumerate(dc.token_bytes):
-        if b:
-            try:
-                first[d] = tc.encode_exact(b)[0]
-            except ValueError:  # the target cannot spell these bytes: the draft may not propose them
-                pass
-    first = torch.where(d2t != NO_TOKEN, torch.where(first == NO_TOKEN, d2t, first), first)  # roles (EOS)
-    return PairTables(DraftIds.of(d2t), DraftIds.of(first), target_vocab, eos_t)
-
-
-def _pad(t: torch.Tensor, n: int) -> torch.Tensor:
-    """Model output heads may be wider than the tokenizer (padding rows): those ids map to nothing."""
-    return torch.cat([t, torch.full((n - len(t),), NO_TOKEN, dtype=torch.long)]) if n > len(t) else t[:n]
-
-
-def same_vocabulary(a, b) -> bool:
-    return a is b or (codec(a).token_bytes == codec(b).token_bytes and codec(a).prefix == codec(b).prefix)
-
-
 def _output_vocab(model) -> int:
     return model.get_output_embeddings().weight.shape[0]
-
-
-def prompt_ids(tokenizer, prompt: str, aligned: AlignedCodec | None = None) -> list[int]:
-    """The ids a model starts from: BOS where its family uses one, then the prompt, encoded by the
-    tokenizer or, for a target-aligned drafter, by `aligned` (the target's segmentation in draft ids)."""
-    ids = (tokenizer.encode(prompt, add_special_tokens=False, split_special_tokens=True) if aligned is None
-           else aligned.encode_continuation(prompt))
-    add_bos = getattr(tokenizer, "xvocab_add_bos", getattr(tokenizer, "add_bos_token", False))
-    if add_bos and tokenizer.bos_token_id is not None:
-        ids = [tokenizer.bos_token_id] + ids
-    return ids
 
 
 def _validate(prompt, target_tokenizer, draft, draft_tokenizer, algorithm, k, max_new_tokens, target):
@@ -143,6 +91,7 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
     device = target.get_output_embeddings().weight.device  # where logits land (last GPU under a device_map)
     generator = torch.Generator(device=device).manual_seed(seed)  # verification, on the target's logits device
     t_side = Side(Decoder(target), codec(target_tokenizer), prompt_ids(target_tokenizer, prompt))
+    eos = set(eos_ids(target, target_tokenizer))
     if algorithm == "ar":
         d_side, same, tables = t_side, True, None
     else:
@@ -151,18 +100,29 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
         d_codec = draft_codec(target_tokenizer, draft_tokenizer, encoding)
         d_side = Side(Decoder(draft), d_codec, prompt_ids(draft_tokenizer, prompt,
                                                          d_codec if isinstance(d_codec, AlignedCodec) else None))
-        tables = pair_tables(target_tokenizer, draft_tokenizer, _output_vocab(target), _output_vocab(draft))
+        tables = pair_tables(target_tokenizer, draft_tokenizer, _output_vocab(target), _output_vocab(draft),
+                             tuple(sorted(eos)), eos_ids(draft, draft_tokenizer))
     d_device = (draft if algorithm != "ar" else target).get_output_embeddings().weight.device
     if tables is not None:
         tables = tables.to(d_device)
     # Drafting draws from its own generator on the draft's device (a second stream of the same seed).
     draft_generator = generator if d_device == device else torch.Generator(device=d_device).manual_seed(seed + 1)
     ctx = DraftContext(t_side, d_side, params, draft_generator, same, tables, draft_confidence)
-    eos = _eos_ids(target, target_tokenizer)
     stats = Stats(k=k)
     out: list[int] = []
+    drafting = algorithm != "ar"
     while len(out) < max_new_tokens:
-        proposal = DRAFTERS[algorithm](ctx, k)
+        # Proposals past the last token still to emit are never used: the bonus token covers it.
+        budget = min(k, max_new_tokens - len(out) - 1)
+        proposal = Proposal([])
+        if drafting and budget > 0:
+            try:
+                proposal = DRAFTERS[algorithm](ctx, budget).truncated(max_new_tokens - len(out) - 1)
+            except ContextFullError as err:
+                if err.model is not draft:
+                    raise
+                drafting = False  # the draft's context is full: the target decodes on alone (still exact)
+                stats.draft_stopped_at = len(out)
         proposed = torch.tensor(proposal.ids, dtype=torch.long, device=device)
         logits = t_side.decoder.step(t_side.full(), proposal.ids)  # [n + 1, V]
         if params.greedy:
@@ -179,24 +139,19 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
         stop = next((i for i, x in enumerate(new) if x in eos), None)
         new = new[: max_new_tokens - len(out) if stop is None else min(stop + 1, max_new_tokens - len(out))]
         out += new
-        t_side.decoder.crop(len(t_side.full()) + n_acc)
+        # The target's cache keeps the accepted proposals (Decoder keeps the prefix it shares with what comes next).
         t_side.rewind(len(t_side.stream.ids), new)
         if stop is not None:
             break
-        if algorithm != "ar":
+        if drafting:
             if same:
                 keep = common_prefix_length(d_side.stream.ids, t_side.stream.ids)
                 d_side.rewind(keep, list(t_side.stream.ids[keep:]))
             else:
                 ctx.sync_draft(t_side.stream.text)
+    draft_decoder = None if algorithm == "ar" else d_side.decoder
     stats.finish(new_tokens=len(out), wall_seconds=time.perf_counter() - wall0, target_forwards=t_side.decoder.forwards,
-                 draft_forwards=0 if algorithm == "ar" else d_side.decoder.forwards, align_seconds=ctx.align_seconds)
+                 prompt_tokens=len(t_side.prompt), target_tokens_fed=t_side.decoder.tokens_fed,
+                 draft_forwards=draft_decoder.forwards if draft_decoder else 0,
+                 draft_tokens_fed=draft_decoder.tokens_fed if draft_decoder else 0, align_seconds=ctx.align_seconds)
     return Output(out, target_tokenizer.decode(out, skip_special_tokens=True), stats)
-
-
-def _eos_ids(model, tokenizer) -> set[int]:
-    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
-    cfg = getattr(model, "generation_config", None)
-    extra = getattr(cfg, "eos_token_id", None) if cfg is not None else None
-    ids |= set(extra if isinstance(extra, (list, tuple)) else [extra] if extra is not None else [])
-    return ids

@@ -27,3 +27,19 @@ class ConfigError(XVocabError, ValueError):
 
 class VocabularyMismatchError(ConfigError):
     """An algorithm that needs one shared vocabulary was given two different ones."""
+
+
+class ContextFullError(ConfigError):
+    """A model was asked to read past its context window (`model` says which)."""
+
+    def __init__(self, message: str, model=None):
+        super().__init__(message)
+        self.model = model
+
+
+class UnsupportedTokenizerError(ConfigError):
+    """A tokenizer whose token bytes xvocab cannot determine (not byte-level BPE, SentencePiece-style or Unigram)."""
+
+
+class UnsupportedModelError(ConfigError):
+    """A model xvocab cannot decode exactly (its cache cannot be rolled back)."""

@@ -1,46 +1,108 @@
 """A model with its KV cache, fed incrementally and rolled back exactly.
 
-`Decoder.step(full_ids, extra)` feeds the ids of `full_ids + extra` that the cache does
-not hold yet and returns the logits of the last `len(extra) + 1` positions: the
-distribution after `full_ids` and after each of `extra`. `crop(n)` rolls the cache back
-to its first n tokens; nothing is ever re-prefilled, also past a sliding window. Invariant: the cache holds a
-prefix of the sequence the caller passes next; the caller keeps it so by cropping to
-the accepted prefix before growing a different one.
+`Decoder.step(full_ids, extra)` returns the logits of the last `len(extra) + 1` positions of
+`full_ids + extra`: the distribution after `full_ids` and after each of `extra`. It feeds only
+what the cache does not hold: the decoder remembers the ids behind its cached states, keeps the
+longest prefix they share with the sequence asked for, rolls the rest back (`crop`, a length,
+never a re-prefill, also past a sliding window) and feeds the remainder, which is never shorter
+than the rows asked for. So a caller never has to crop by hand to stay correct, and a state that
+is still valid is never computed twice.
+
+Invariant: `ids` are exactly the tokens whose states the cache holds, in order; position i's
+state depends only on ids[:i + 1] (a causal model), so any prefix of `ids` shared with a new
+sequence is valid for it.
 """
 from __future__ import annotations
 
 import torch
+
+from xvocab.alignment.translate import common_prefix_length
+from xvocab.errors import ContextFullError, UnsupportedModelError
+
+
+def check_rollback(model) -> None:
+    """Refuse a model whose cache cannot be cropped to a shorter prefix exactly.
+
+    Recurrent and linear-attention layers (Mamba, RWKV, Gated DeltaNet in Qwen3-Next / Qwen3.5,
+    Jamba's or Zamba's Mamba blocks) fold every token into one state: rolling back a rejected
+    proposal would need a snapshot per position, which this decoder does not keep. Decoding such a
+    model with a cropped attention cache would silently use the wrong state.
+    """
+    config = getattr(model, "config", None)
+    text = getattr(config, "get_text_config", lambda **_: config)(decoder=True) if config is not None else None
+    kinds = set(getattr(text, "layer_types", None) or ())
+    recurrent = {k for k in kinds if any(s in str(k) for s in ("mamba", "linear", "recurrent", "conv", "ssm",
+                                                                 "delta", "rwkv"))}
+    arch = " ".join(getattr(config, "architectures", None) or [type(model).__name__])
+    if recurrent or any(s in arch.lower() for s in ("mamba", "rwkv", "jamba", "zamba", "recurrentgemma", "xlstm")):
+        what = f"layer types {sorted(recurrent)}" if recurrent else arch
+        raise UnsupportedModelError(f"{type(model).__name__} ({what}) keeps recurrent state that cannot be rolled back to an "
+                          f"earlier position, so rejected proposals would corrupt it; xvocab decodes attention-only "
+                          f"models (every layer full or sliding-window attention). Use another target or draft")
+
+KEEP_ROWS = 16  # recent positions whose logits a Decoder keeps (a draft rolls back at most a few tokens)
 
 
 class Decoder:
     def __init__(self, model):
         from transformers import DynamicCache
 
+        check_rollback(model)
         self.model = model
         # No config: every layer keeps all its states, sliding-window layers (Gemma 3) included; the
         # window is applied by the attention mask. transformers' sliding layers discard states past
         # the window, and rolling back across the window boundary then loses a state (seen with
         # transformers 5.24: a 512-window cache cropped after a forward that crossed it kept 509).
         self.cache = DynamicCache()
-        self.cached = 0     # tokens held by the cache
-        self.forwards = 0   # model calls made
+        self.ids: list[int] = []  # the tokens whose states the cache holds
+        # Logits [V] after ids[:n], for the recent n whose rows a forward returned: a caller that rolls back
+        # to such a prefix (a draft re-synced to shorter text it already read) gets them without a forward.
+        self._rows: dict[int, torch.Tensor] = {}
+        self.forwards = 0         # model calls made
+        self.tokens_fed = 0       # positions computed over all calls (prefill included)
         self.device = model.get_input_embeddings().weight.device  # where input ids go (first GPU under a device_map)
+        limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+        self.limit = int(limit) if limit else None
+
+    @property
+    def cached(self) -> int:
+        return len(self.ids)
 
     @torch.inference_mode()
     def step(self, full_ids: list[int], extra: list[int] = ()) -> torch.Tensor:
         """Logits [len(extra) + 1, V] after `full_ids` and after each token of `extra`."""
         seq = list(full_ids) + list(extra)
-        new = seq[self.cached:]
-        assert new, "the cache already holds every token: nothing to predict from"
+        rows = len(extra) + 1
+        if len(seq) < rows:
+            raise ValueError("Decoder.step: full_ids is empty; a model predicts only after at least one token")
+        if self.limit is not None and len(seq) > self.limit:
+            raise ContextFullError(f"{type(self.model).__name__} was asked for position {len(seq)} but its context "
+                                   f"holds {self.limit} tokens; shorten the prompt or lower max_new_tokens",
+                                   self.model)
+        common = common_prefix_length(self.ids, seq)
+        if rows == 1 and common == len(seq) and len(seq) in self._rows:
+            return self._rows[len(seq)][None]  # every state is held and its row computed: nothing to feed
+        # Keep the states shared with `seq`, but feed at least the rows asked for.
+        self.crop(min(common, len(seq) - rows))
+        new = seq[len(self.ids):]
         ids = torch.tensor([new], dtype=torch.long, device=self.device)
         # Only the rows the caller reads get logits: a prompt's prefill would otherwise project every
         # position onto the vocabulary (for Gemma 3, 262k x 640 multiply-adds per prompt token).
-        out = self.model(input_ids=ids, cache=self.cache, use_cache=True, logits_to_keep=len(extra) + 1)
+        out = self.model(input_ids=ids, cache=self.cache, use_cache=True, logits_to_keep=rows)
         self.forwards += 1
-        self.cached = len(seq)
-        return out.logits[0, -(len(extra) + 1):]
+        self.tokens_fed += len(new)
+        self.ids = seq
+        logits = out.logits[0, -rows:]
+        for i in range(rows):
+            self._rows[len(seq) - rows + 1 + i] = logits[i]
+        for n in [n for n in self._rows if n <= len(seq) - KEEP_ROWS]:
+            del self._rows[n]
+        return logits
 
     def crop(self, n: int) -> None:
-        if n < self.cached:
-            self.cache.crop(-(self.cached - n))  # transformers 5: the argument counts tokens to remove
-            self.cached = n
+        """Roll the cache back to its first n tokens (no-op if it holds n or fewer)."""
+        if n < len(self.ids):
+            self.cache.crop(-(len(self.ids) - n))  # transformers 5: the argument counts tokens to remove
+            self.ids = self.ids[:n]
+            for m in [m for m in self._rows if m > n]:
+                del self._rows[m]

@@ -3,6 +3,8 @@
 tau = new tokens / target forwards (the bonus token included): the quantity the
 speedup bound tau / (1 + k c) is written in. Acceptance rate = accepted / proposed.
 Per-position acceptance[i] = P(proposal i accepted | proposal i made).
+Tokens fed count every position a model computed: a verification of n proposals feeds exactly
+n + 1 (the pending token and the proposals), and no position is ever computed twice.
 """
 from __future__ import annotations
 
@@ -17,6 +19,10 @@ class Stats:
     new_tokens: int = 0
     target_forwards: int = 0
     draft_forwards: int = 0
+    prompt_tokens: int = 0         # the prompt's length in target ids (the target's prefill)
+    target_tokens_fed: int = 0     # positions the target computed, prefill included
+    draft_tokens_fed: int = 0      # positions the draft computed, prefill included
+    draft_stopped_at: int | None = None  # tokens emitted when the draft's context filled (then ar), if it did
     wall_seconds: float = 0.0
     ttft_seconds: float = 0.0
     align_seconds: float = 0.0
@@ -60,7 +66,9 @@ class Stats:
 
     def summary(self) -> dict:
         return {"new_tokens": self.new_tokens, "target_forwards": self.target_forwards,
-                "draft_forwards": self.draft_forwards, "tau": self.tau, "acceptance_rate": self.acceptance_rate,
+                "draft_forwards": self.draft_forwards, "prompt_tokens": self.prompt_tokens,
+                "target_tokens_fed": self.target_tokens_fed,
+                "draft_tokens_fed": self.draft_tokens_fed, "draft_stopped_at": self.draft_stopped_at, "tau": self.tau, "acceptance_rate": self.acceptance_rate,
                 "per_position_acceptance": self.per_position_acceptance, "accepted_per_step": self.accepted,
                 "proposed_per_step": self.proposed,
                 "wall_seconds": self.wall_seconds, "ttft_seconds": self.ttft_seconds,

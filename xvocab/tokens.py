@@ -28,7 +28,7 @@ from functools import cached_property, lru_cache
 
 from tokenizers import Tokenizer
 
-from xvocab.errors import XVocabError
+from xvocab.errors import UnsupportedTokenizerError, XVocabError
 from xvocab.zoo.convert import gpt2_byte_table
 
 
@@ -47,9 +47,10 @@ def _kind(data: dict) -> str:
     if "Metaspace" in types or any(d.get("type") == "Replace" and d.get("pattern", {}).get("String") == "▁"
                                    for d in parts):
         return "sentencepiece"
-    raise NotImplementedError(
+    raise UnsupportedTokenizerError(
         f"token_bytes: unsupported tokenizer decoder {sorted(t for t in types if t)}; xvocab supports byte-level "
-        f"BPE and SentencePiece-style vocabularies (WordPiece encoders are not causal LMs)")
+        f"BPE and SentencePiece-style (BPE or Unigram) vocabularies, whose tokens spell exact bytes; WordPiece "
+        f"encoders are not causal LMs. Use the model's fast tokenizer (tokenizer.json)")
 
 
 _TO_LATIN1 = {ord(ch): b for ch, b in _BYTE_DECODER.items()}
@@ -147,7 +148,8 @@ class ByteCodec:
                     ids += self.encode_continuation(data[: err.start].decode("utf-8"))
                 for b in data[err.start: err.end]:
                     if b not in self._byte_ids:
-                        raise ValueError(f"byte 0x{b:02X} cannot be spelled: the vocabulary has no byte token") from None
+                        raise UnrepresentableTextError(f"byte 0x{b:02X} cannot be spelled: the vocabulary has no byte "
+                                                       f"token; choose a tokenizer with full byte coverage") from None
                     ids.append(self._byte_ids[b])
                 data = data[err.end:]
         return ids
@@ -168,6 +170,17 @@ class ByteCodec:
         return b"".join(table[i] or b"" for i in ids)
 
 
+def _model_vocab(model: dict):
+    """(piece, id) pairs of a tokenizer model: BPE and WordLevel keep a dict, Unigram a list of [piece, score]."""
+    vocab = model.get("vocab")
+    if isinstance(vocab, dict):
+        return vocab.items()
+    if isinstance(vocab, list):
+        return ((entry[0], i) for i, entry in enumerate(vocab))
+    raise UnsupportedTokenizerError(f"tokenizer model {model.get('type')!r} has no vocabulary xvocab can read; "
+                                    f"use a BPE or Unigram fast tokenizer (tokenizer.json)")
+
+
 @lru_cache(maxsize=32)
 def codec(tokenizer) -> ByteCodec:
     """The ByteCodec of a fast tokenizer (cached per tokenizer object)."""
@@ -183,7 +196,7 @@ def codec(tokenizer) -> ByteCodec:
         special.add(tokenizer.unk_token_id)
     added_text = {i: tok.content for i, tok in tokenizer.added_tokens_decoder.items() if not tok.special}
     pieces: list[str | None] = [None] * n
-    for piece, i in data["model"]["vocab"].items():
+    for piece, i in _model_vocab(data["model"]):
         if i < n:
             pieces[i] = piece
     for i, tok in tokenizer.added_tokens_decoder.items():

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from xvocab.alignment.intersection import NO_TOKEN
+from xvocab.alignment.tables import PairTables
 from xvocab.alignment.translate import Stream, sync
 from xvocab.kv import Decoder
 from xvocab.sampling import SamplingParams, argmax, logits_to_probs, sample
@@ -26,48 +26,14 @@ class Side:
         return self.prompt + list(self.stream.ids)
 
     def rewind(self, keep: int, append: list[int]) -> None:
-        """Keep the first `keep` continuation ids, append `append`; roll the KV cache back to match."""
-        self.decoder.crop(min(self.decoder.cached, len(self.prompt) + keep))
+        """Keep the first `keep` continuation ids, append `append`. The KV cache follows on the next
+        step: the Decoder keeps the states of the prefix it shares with the new sequence, so accepted
+        tokens are never fed twice."""
         self.stream = self.stream.apply(self.codec, keep, append)
-        self.decoder.crop(min(self.decoder.cached, len(self.prompt) + len(self.stream.ids) - 1))
 
     def next_logits(self) -> torch.Tensor:
         """Logits [V] after the whole current sequence."""
         return self.decoder.step(self.full())[-1]
-
-
-@dataclass(frozen=True, eq=False)
-class DraftIds:
-    """The draft ids a drafter may propose, and the target id each stands for (TLI: the intersection;
-    SLRS: every draft id, standing for the first target token of its bytes). Built once per pair.
-
-    `bias` restricts logits by addition (0 allowed, -inf not): on a CPU, masked_fill over a vocabulary
-    costs several times an add. `src`/`dst` list the allowed ids, so `push` indexes instead of masking.
-    """
-
-    to_target: torch.Tensor  # [V_draft] long, NO_TOKEN where not allowed
-    bias: torch.Tensor       # [V_draft] float32: 0 where allowed, -inf elsewhere
-    src: torch.Tensor        # [n] long: the allowed draft ids
-    dst: torch.Tensor        # [n] long: the target id of each
-
-    @staticmethod
-    def of(to_target: torch.Tensor) -> "DraftIds":
-        allowed = to_target != NO_TOKEN
-        bias = torch.zeros(len(to_target)).masked_fill_(~allowed, float("-inf"))
-        src = allowed.nonzero().flatten()
-        return DraftIds(to_target, bias, src, to_target[src])
-
-    def restrict(self, logits: torch.Tensor) -> torch.Tensor:
-        """logits [V_draft] -> float32 logits, -inf outside the allowed ids (done once per drafted token)."""
-        return logits.float() + self.bias
-
-    def to(self, device) -> "DraftIds":
-        return DraftIds(*(t.to(device) for t in (self.to_target, self.bias, self.src, self.dst)))
-
-    def push(self, q: torch.Tensor, target_vocab: int) -> torch.Tensor:
-        """q [V_draft], zero outside the allowed ids -> [V_target]: the mass q puts on each target id
-        (summed over the draft ids standing for it, which SLRS has several of)."""
-        return torch.zeros(target_vocab, dtype=q.dtype, device=q.device).index_add_(0, self.dst, q[self.src])
 
 
 @dataclass
@@ -77,7 +43,7 @@ class DraftContext:
     params: SamplingParams
     generator: torch.Generator
     same_vocab: bool
-    maps: object  # the per-pair tables a drafter needs (xvocab.engine.PairTables: .tli, .slrs DraftIds)
+    maps: PairTables | None  # the per-pair id tables (None for ar)
     draft_confidence: float = 0.0  # stop drafting after a token the draft gives less than this probability
     align_seconds: float = 0.0
 
@@ -96,6 +62,11 @@ class DraftContext:
         keep, append = sync(self.draft.codec, self.draft.stream, self.draft.codec.view(text))
         self.draft.rewind(keep, append)
         self.align_seconds += time.perf_counter() - start
+
+    def draft_bytes(self, d: int) -> bytes | None:
+        """The bytes draft id d spells; None for a special token or a padding row past the tokenizer."""
+        table = self.draft.codec.token_bytes
+        return table[d] if d < len(table) else None
 
     def draw(self, logits: torch.Tensor) -> tuple[int, torch.Tensor | None]:  # logits [V_draft]
         """A draft id from q = the distribution of `logits` (a drafter that restricts its ids passes
@@ -119,3 +90,10 @@ class Proposal:
     def of(ids: list[int], rows: list[torch.Tensor]) -> "Proposal":
         """Proposal from ids and their distributions (none when drafting was greedy)."""
         return Proposal(ids, torch.stack(rows) if rows else None)
+
+    def truncated(self, n: int) -> "Proposal":
+        """The first n proposals (a prefix of a proposal is still a valid proposal: each row's
+        distribution was conditioned only on the ids before it)."""
+        if len(self.ids) <= n:
+            return self
+        return Proposal(self.ids[:n], None if self.probs is None else self.probs[:n])

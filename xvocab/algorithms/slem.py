@@ -10,6 +10,8 @@ every emitted token is the target's own choice.
 Example (gemma target, smollm2 draft): the draft proposes [`Ġif`, `Ġn`, `Ġ<=`, `Ġ1`, `:`]
 spelling b" if n <= 1:"; re-tokenized for Gemma this becomes [`▁if`, `▁n`, `▁<=`,
 `▁`, `1`, `:`], and the target verifies all six in one forward.
+A draft EOS is proposed as the target's EOS after the text; any other special token ends the draft
+unproposed. Bytes the target cannot spell (falcon's missing control bytes) end the proposal.
 Cost: k draft forwards, one re-tokenization of O(window + k) tokens, one target forward.
 """
 from __future__ import annotations
@@ -17,29 +19,45 @@ from __future__ import annotations
 import time
 
 from xvocab.algorithms.common import DraftContext, Proposal
-from xvocab.alignment.translate import propose
+from xvocab.alignment.translate import complete_utf8, propose
+from xvocab.tokens import UnrepresentableTextError
 
 
 def draft(ctx: DraftContext, k: int) -> Proposal:
     start_len = len(ctx.draft.stream.ids)
+    end = None  # the target id proposed for a draft EOS (xvocab.alignment.tables: one rule for all algorithms)
     for _ in range(k):
         logits = ctx.draft.next_logits()
         d, _ = ctx.draw(logits)
-        ctx.draft.rewind(len(ctx.draft.stream.ids), [d])
-        if ctx.draft.codec.token_bytes[d] is None:  # EOS or another special token ends the draft
+        if ctx.draft_bytes(d) is None:  # a special token ends the draft; only EOS is proposed (as the target's)
+            end = ctx.maps.roles.get(d)
             break
+        ctx.draft.rewind(len(ctx.draft.stream.ids), [d])
         if not ctx.confident(logits, d):
             break
     drafted = list(ctx.draft.stream.ids[start_len:])
     if ctx.same_vocab:
-        return Proposal(drafted, None)
+        return Proposal(drafted + ([end] if end is not None else []), None)
     start = time.perf_counter()
     draft_text, target_view = ctx.draft.stream.text, ctx.draft.codec.view(ctx.target.stream.text)
     ids: list[int] = []
+    whole = False  # whether the proposal spells all of the draft's new text (only then may EOS follow it)
     if draft_text.startswith(target_view):
-        ids = propose(ctx.target.codec, ctx.target.stream, draft_text[len(target_view):])
-    if drafted and ctx.draft.codec.token_bytes[drafted[-1]] is None and ctx.maps.eos_target is not None:
-        ids.append(ctx.maps.eos_target)  # the draft proposes to stop: propose the target's EOS
+        extra = draft_text[len(target_view):]
+        spellable = _spellable_prefix(ctx.target.codec, extra)
+        try:
+            ids = propose(ctx.target.codec, ctx.target.stream, extra[:spellable])
+            whole = spellable == len(extra) == complete_utf8(extra)
+        except UnrepresentableTextError:  # the target's tokenizer drops some of these bytes: propose nothing
+            ids = []
+    if end is not None and whole:
+        ids.append(end)
     ctx.align_seconds += time.perf_counter() - start
     return Proposal(ids, None)
 
+
+def _spellable_prefix(target_codec, extra: bytes) -> int:
+    """Length of the longest prefix of `extra` made of bytes the target can spell (falcon, starcoder and
+    refact lack a few control bytes: the target can never emit them, so no proposal goes past them)."""
+    missing = target_codec.missing_bytes
+    return next((i for i, b in enumerate(extra) if b in missing), len(extra)) if missing else len(extra)

@@ -30,13 +30,13 @@ def draft(ctx: DraftContext, k: int) -> Proposal:
     for _ in range(k):
         logits = m.restrict(ctx.draft.next_logits())  # [V_draft], -inf outside the allowed ids
         d, q = ctx.draw(logits)  # q [V_draft]; None when greedy
-        t = int(m.to_target[d])
+        t = m.to_target_host[d]
         ids.append(t)
         if q is not None:  # psi [V_target]
             rows.append(m.push(q, ctx.maps.target_vocab))
-        t_bytes = ctx.target.codec.token_bytes[t]
-        if t_bytes is None:  # a special token (EOS by role): nothing can follow it
+        if d in ctx.maps.roles:  # the draft's EOS, proposed as the target's: nothing follows it
             break
+        t_bytes = ctx.target.codec.token_bytes[t]
         text += t_bytes
         if ctx.same_vocab:
             ctx.draft.rewind(len(ctx.draft.stream.ids), [d])

@@ -9,7 +9,8 @@ distributed exactly as p. Expected acceptance per position: sum_t min(p(t), q~(t
 
 Example (gemma target, smollm2 draft): `Ġreturn` and `▁return` both spell b" return";
 a draft sampling it proposes Gemma's `▁return`; a draft token such as `ĠFibonacci`
-with no Gemma counterpart is never proposed.
+with no Gemma counterpart is never proposed. A draft EOS is proposed as the target's EOS and ends
+the draft; other special tokens are never proposed (xvocab.alignment.tables).
 Cost: k draft forwards, a scatter over V_target per position, one target forward.
 """
 from __future__ import annotations
@@ -23,9 +24,11 @@ def draft(ctx: DraftContext, k: int) -> Proposal:
     for _ in range(k):
         logits = m.restrict(ctx.draft.next_logits())  # [V_draft], -inf outside the allowed ids
         d, q = ctx.draw(logits)  # q [V_draft], zero outside I; None when greedy
-        ids.append(int(m.to_target[d]))
+        ids.append(m.to_target_host[d])
         if q is not None:
             rows.append(m.push(q, ctx.maps.target_vocab))  # q~ [V_target]
+        if d in ctx.maps.roles:  # the draft's EOS, proposed as the target's: nothing follows it
+            break
         ctx.draft.rewind(len(ctx.draft.stream.ids), [d])  # bytes(d) == bytes(map(d)): no re-tokenization
         if not ctx.confident(logits, d):
             break

@@ -85,13 +85,19 @@ def _common_tokens(stream: Stream, text: bytes) -> int:
 
 
 def common_prefix_length(a, b) -> int:
-    """Length of the longest common prefix of two id sequences."""
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
+    """Length of the longest common prefix of two id sequences (slice comparisons run at C speed)."""
+    n = min(len(a), len(b))
+    a, b = list(a[:n]), list(b[:n])
+    if a == b:
+        return n
+    lo, hi = 0, n  # invariant: a[:lo] == b[:lo] and a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 def sync(codec: ByteCodec, stream: Stream, text: bytes, window: int = DEFAULT_WINDOW) -> tuple[int, list[int]]:

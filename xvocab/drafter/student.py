@@ -5,7 +5,7 @@ tokenizer's (tied input/output embeddings, so a 32k vocabulary at width 256 is 8
 parameters). Why Llama: every runtime loads it, and its cost is what the shape says.
 
 How it learns: next-token cross-entropy on documents, one document per row (BOS first, as
-`xvocab.engine.prompt_ids` encodes prompts, right-padded, padding masked out of the loss), so
+`xvocab.roles.prompt_ids` encodes prompts, right-padded, padding masked out of the loss), so
 training sees each document exactly as drafting will: from position 0 after BOS. Rows come from
 the teacher text with probability 1 - raw_fraction, else from raw code pieces.
 
@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 
 from xvocab.alignment.aligned import CONFIG_KEY as ENCODING_KEY
 from xvocab.alignment.aligned import DEFAULT_ENCODING
-from xvocab.engine import prompt_ids
+from xvocab.roles import prompt_ids
 from xvocab.errors import ConfigError
 
 IGNORE = -100  # label of padding positions: no loss

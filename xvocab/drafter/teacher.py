@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from xvocab.engine import prompt_ids
+from xvocab.roles import prompt_ids
 from xvocab.errors import ConfigError
 from xvocab.records import changed_settings, write_atomic
 from xvocab.sampling import SamplingParams, logits_to_probs, sample

@@ -110,8 +110,19 @@ def from_gguf(path: Path) -> tuple[Tokenizer, dict]:
                       ("unk_token", "unknown_token_id"), ("pad_token", "padding_token_id")):
         if key in fields and 0 <= int(fields[key]) < len(tokens):
             roles[role] = tokens[int(fields[key])]
-    roles["add_bos_token"] = bool(fields.get("add_bos_token", False))
+    roles["add_bos_token"] = bool(fields.get("add_bos_token", _default_add_bos(fields)))
     return Tokenizer.from_str(json.dumps(data)), roles
+
+
+# llama.cpp's defaults where a GGUF does not say (src/llama-vocab.cpp, `add_bos` per vocabulary and
+# pre-tokenizer type): SentencePiece vocabularies and the Llama 3 / Tekken / Chameleon BPE families
+# start with BOS. Llama 3's vocabulary file carries no add_bos_token key, and its models expect BOS.
+_BOS_PRE = frozenset({"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
+                      "jina-v5-nano", "tekken", "chameleon"})
+
+
+def _default_add_bos(fields: dict) -> bool:
+    return fields.get("model") == "llama" or (fields.get("model") == "gpt2" and fields.get("pre") in _BOS_PRE)
 
 
 def _repair_gguf(data: dict, fields: dict) -> None:

@@ -29,7 +29,7 @@ from xvocab.zoo.assets import PACKAGES, unpacked
 from xvocab.zoo.cache import atomic_dir, cache_dir, check_name, is_external
 
 # Bump when a converter changes, so cached conversions are rebuilt.
-CONVERTER_VERSION = 2
+CONVERTER_VERSION = 3
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,166 @@
+"""Inputs that used to crash, or to decode silently wrong, now work or stop with a named error.
+
+* output heads wider or narrower than each other for one tokenizer (Qwen2.5-0.5B has 151,936
+  rows, Qwen2.5-7B 152,064): `sd` at T > 0 used draft-width rows as target rows;
+* SLEM with a target that cannot spell bytes the draft wrote (falcon as target);
+* a draft whose context fills before the target's;
+* Unigram and other tokenizer models; models whose cache cannot be rolled back.
+"""
+import copy
+import json
+
+import pytest
+import torch
+
+import xvocab
+from xvocab import kv
+from xvocab.engine import generate
+from xvocab.errors import UnsupportedModelError, UnsupportedTokenizerError
+from xvocab.tokens import UnrepresentableTextError, codec
+from xvocab.zoo.tiny import mirror_model
+
+PROMPT = "def fibonacci(n):"
+
+
+def _resized(model, n_rows):
+    """`model` with its embedding and head resized to n_rows (new output rows strongly negative, as
+    padding rows of a real checkpoint are never predicted)."""
+    out = copy.deepcopy(model)
+    old = out.get_output_embeddings().weight.shape[0]
+    out.resize_token_embeddings(n_rows, mean_resizing=False)
+    with torch.no_grad():
+        head = out.get_output_embeddings().weight
+        if n_rows > old:
+            head[old:] = -head[:old].abs().mean()
+    out.config.vocab_size = n_rows
+    return out.eval()
+
+
+@pytest.fixture(scope="module")
+def qwen():
+    tok = xvocab.zoo.tokenizer("qwen2")
+    return xvocab.zoo.tiny_model(tok, seed=1), tok
+
+
+@pytest.mark.parametrize("widths", [(128, 0), (0, 128), (64, 32)], ids=["draft-wider", "target-wider", "both-padded"])
+@pytest.mark.parametrize("alg", ["sd", "tli", "slrs", "slem"])
+def test_one_tokenizer_with_heads_of_different_widths(qwen, alg, widths):
+    base, tok = qwen
+    draft, target = (_resized(base, len(tok) + extra) if extra else base for extra in widths)
+    assert target.get_output_embeddings().weight.shape[0] != draft.get_output_embeddings().weight.shape[0]
+    kw = dict(target=target, target_tokenizer=tok, max_new_tokens=16)
+    ref = generate(PROMPT, algorithm="ar", **kw)
+    out = generate(PROMPT, draft=draft, draft_tokenizer=tok, algorithm=alg, k=4, **kw)
+    assert out.token_ids == ref.token_ids
+    assert out.stats.acceptance_rate > 0.9  # the same weights: the comparison exercises acceptance
+    for seed in range(3):
+        ids = generate(PROMPT, draft=draft, draft_tokenizer=tok, algorithm=alg, k=4, temperature=1.0, seed=seed,
+                       **kw).token_ids
+        assert len(ids) == 16 and max(ids) < target.get_output_embeddings().weight.shape[0]
+
+
+def test_slem_with_a_target_that_cannot_spell_the_drafts_bytes():
+    """falcon cannot spell byte 0x04; a gpt-2 draft that writes it must not crash SLEM's re-encoding."""
+    tt, dt = xvocab.zoo.tokenizer("falcon"), xvocab.zoo.tokenizer("gpt-2")
+    assert 0x04 in codec(tt).missing_bytes and 0x04 not in codec(dt).missing_bytes
+    target = xvocab.zoo.tiny_model(tt, seed=2)
+    draft = mirror_model(target, tt, dt)
+    ctrl = xvocab.token_bytes(dt).index(b"\x04")
+    head = draft.get_output_embeddings()
+    with torch.no_grad():
+        head.weight[ctrl] = head.weight[xvocab.token_bytes(dt).index(b" ")] * 3  # the draft writes 0x04 often
+    ref = generate(PROMPT, target=target, target_tokenizer=tt, algorithm="ar", max_new_tokens=20)
+    for temperature in (0.0, 1.0):
+        out = generate(PROMPT, target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt, algorithm="slem",
+                       k=4, max_new_tokens=20, temperature=temperature)
+        if temperature == 0:
+            assert out.token_ids == ref.token_ids
+
+
+def test_the_drafts_context_limit_is_respected(monkeypatch):
+    tt, dt = xvocab.zoo.tokenizer("starcoder"), xvocab.zoo.tokenizer("refact")
+    target = xvocab.zoo.tiny_model(tt, seed=1)
+    draft = mirror_model(target, tt, dt)
+    draft.config.max_position_embeddings = 20  # a draft with a short context
+    longest = []
+    real = kv.Decoder.step
+
+    def step(decoder, full_ids, extra=()):
+        logits = real(decoder, full_ids, extra)
+        if decoder.model is draft:  # a step that returned: the draft computed these positions
+            longest.append(len(decoder.ids))
+        return logits
+
+    monkeypatch.setattr(kv.Decoder, "step", step)
+    ref = generate(PROMPT, target=target, target_tokenizer=tt, algorithm="ar", max_new_tokens=40)
+    for alg in ("slem", "tli", "slrs"):
+        longest.clear()
+        out = generate(PROMPT, target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt, algorithm=alg,
+                       k=4, max_new_tokens=40)
+        assert out.token_ids == ref.token_ids, alg
+        assert longest and max(longest) <= 20, alg
+        assert out.stats.draft_stopped_at is not None and sum(out.stats.accepted) > 0, alg
+
+
+def _unigram_tokenizer(tmp_path):
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.Unigram())
+    tok.normalizer = normalizers.NFKC()
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    corpus = ["def fibonacci(n):", "    return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)",
+              "The quick brown fox jumps over the lazy dog."] * 20
+    trainer = trainers.UnigramTrainer(vocab_size=120, special_tokens=["<unk>", "<s>", "</s>"], unk_token="<unk>",
+                                      byte_fallback=True, initial_alphabet=[chr(b) for b in range(32, 127)])
+    tok.train_from_iterator(corpus, trainer)
+    path = tmp_path / "tokenizer.json"
+    tok.save(str(path))
+    return PreTrainedTokenizerFast(tokenizer_file=str(path), unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+
+
+def test_unigram_tokenizers_are_read_exactly(tmp_path):
+    tok = _unigram_tokenizer(tmp_path)
+    assert isinstance(json.loads(tok.backend_tokenizer.to_str())["model"]["vocab"], list)
+    c = codec(tok)
+    for text in ("def fibonacci(n):", "zebra 42 ", "  return x"):
+        assert c.bytes_of(c.encode_continuation(text)) == text.encode()
+    with pytest.raises(UnrepresentableTextError):  # no piece and no byte token for it: <unk>, refused by name
+        c.encode_exact("€".encode())
+    target_tok = xvocab.zoo.tokenizer("llama-spm")
+    target = xvocab.zoo.tiny_model(target_tok, seed=1)
+    draft = mirror_model(target, target_tok, tok)
+    ref = generate(PROMPT, target=target, target_tokenizer=target_tok, algorithm="ar", max_new_tokens=12)
+    for alg in ("slem", "tli", "slrs"):
+        out = generate(PROMPT, target=target, target_tokenizer=target_tok, draft=draft, draft_tokenizer=tok,
+                       algorithm=alg, k=3, max_new_tokens=12)
+        assert out.token_ids == ref.token_ids, alg
+
+
+def test_a_word_level_tokenizer_is_refused_by_name(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordLevel({"[UNK]": 0, "hello": 1, "world": 2}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(tmp_path / "tokenizer.json"))
+    with pytest.raises(UnsupportedTokenizerError, match="byte-level BPE"):
+        codec(PreTrainedTokenizerFast(tokenizer_file=str(tmp_path / "tokenizer.json"), unk_token="[UNK]"))
+
+
+def test_models_whose_cache_cannot_roll_back_are_refused():
+    from transformers import MambaConfig, MambaForCausalLM
+
+    tok = xvocab.zoo.tokenizer("gpt-2")
+    mamba = MambaForCausalLM(MambaConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=1, state_size=4))
+    with pytest.raises(UnsupportedModelError, match="rolled back"):
+        generate("x", target=mamba, target_tokenizer=tok, algorithm="ar", max_new_tokens=2)
+    target = xvocab.zoo.tiny_model(tok, seed=0)
+    with pytest.raises(UnsupportedModelError, match="rolled back"):
+        generate("x", target=target, target_tokenizer=tok, draft=mamba, draft_tokenizer=tok, algorithm="sd",
+                 max_new_tokens=2)
+    hybrid = xvocab.zoo.tiny_model(tok, seed=0)
+    hybrid.config.layer_types = ["full_attention", "linear_attention"]  # as Qwen3-Next declares its layers
+    with pytest.raises(UnsupportedModelError, match="linear_attention"):
+        kv.check_rollback(hybrid)
