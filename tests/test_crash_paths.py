@@ -43,7 +43,7 @@ def qwen():
 
 
 @pytest.mark.parametrize("widths", [(128, 0), (0, 128), (64, 32)], ids=["draft-wider", "target-wider", "both-padded"])
-@pytest.mark.parametrize("alg", ["sd", "tli", "slrs", "slem"])
+@pytest.mark.parametrize("alg", ["sd", *(pytest.param(a, marks=pytest.mark.slow) for a in ("tli", "slrs", "slem"))])
 def test_one_tokenizer_with_heads_of_different_widths(qwen, alg, widths):
     base, tok = qwen
     draft, target = (_resized(base, len(tok) + extra) if extra else base for extra in widths)

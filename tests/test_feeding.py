@@ -55,7 +55,8 @@ class Spy:
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 @pytest.mark.parametrize("alg", ["slem", "tli", "slrs"])
-@pytest.mark.parametrize("pair", PAIRS, ids=lambda p: f"{p[0]}<-{p[1]}")
+@pytest.mark.parametrize("pair", [PAIRS[0], *(pytest.param(p, marks=pytest.mark.slow) for p in PAIRS[1:])],
+                         ids=lambda p: f"{p[0]}<-{p[1]}")
 def test_each_verification_feeds_the_proposals_plus_one(pairs, pair, alg, temperature, monkeypatch):
     target, tt, draft, dt = pairs[pair]
     spy = Spy(monkeypatch)

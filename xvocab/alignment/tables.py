@@ -105,14 +105,7 @@ def pair_tables(target_tokenizer, draft_tokenizer, target_vocab: int, draft_voca
         d2t = intersection(target_tokenizer, draft_tokenizer).draft_to_target.clone()
         specials = torch.tensor([b is None for b in dc.token_bytes], dtype=torch.bool)
         d2t[specials] = NO_TOKEN  # the intersection's BOS/PAD roles are not proposals
-    first = torch.full((n_draft,), NO_TOKEN, dtype=torch.long)
-    for d, b in enumerate(dc.token_bytes):
-        if b:
-            try:
-                first[d] = tc.encode_exact(b)[0]
-            except UnrepresentableTextError:  # the target cannot spell these bytes: the draft may not propose them
-                pass
-    first = torch.where(first == NO_TOKEN, d2t, first)  # no spelling of its own: its counterpart, if any
+    first = d2t.clone() if same else _first_target_tokens(tc, dc, d2t)  # one vocabulary: every id is its own
     tables = []
     for to_target in (d2t, first):
         to_target = _fit(to_target, draft_vocab)
@@ -121,6 +114,19 @@ def pair_tables(target_tokenizer, draft_tokenizer, target_vocab: int, draft_voca
             to_target[d] = t
         tables.append(DraftIds.of(to_target))
     return PairTables(tables[0], tables[1], roles, target_vocab)
+
+
+def _first_target_tokens(tc, dc, d2t: torch.Tensor) -> torch.Tensor:
+    """[V_draft]: the first target token of each draft token's bytes (SLRS's f), its counterpart where the
+    target cannot spell them alone, NO_TOKEN where neither exists."""
+    first = torch.full((len(dc.token_bytes),), NO_TOKEN, dtype=torch.long)
+    for d, b in enumerate(dc.token_bytes):
+        if b:
+            try:
+                first[d] = tc.encode_exact(b)[0]
+            except UnrepresentableTextError:  # the target cannot spell these bytes: the draft may not propose them
+                pass
+    return torch.where(first == NO_TOKEN, d2t, first)
 
 
 def _fit(t: torch.Tensor, n: int) -> torch.Tensor:
