@@ -28,7 +28,6 @@ Negative controls, one per algorithm, each a bug that once existed somewhere:
 from __future__ import annotations
 
 import collections
-import itertools
 
 import pytest
 import torch
@@ -279,4 +278,3 @@ def test_exact_reference_sums_to_one(cases):
             dist = exact_distribution(target, tt, PROMPT, params, TOKENS)
             assert abs(sum(dist.values()) - 1) < 1e-5 and all(len(s) == TOKENS for s in dist)
             assert len(dist) <= 27 or params.top_k == 0
-    assert list(itertools.islice(_grid(), 1))
