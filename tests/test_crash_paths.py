@@ -6,11 +6,11 @@
 * a draft whose context fills before the target's;
 * Unigram and other tokenizer models; models whose cache cannot be rolled back.
 """
-import copy
 import json
 
 import pytest
 import torch
+from _support import resized
 
 import xvocab
 from xvocab import kv
@@ -20,20 +20,6 @@ from xvocab.tokens import UnrepresentableTextError, codec
 from xvocab.zoo.tiny import mirror_model
 
 PROMPT = "def fibonacci(n):"
-
-
-def _resized(model, n_rows):
-    """`model` with its embedding and head resized to n_rows (new output rows strongly negative, as
-    padding rows of a real checkpoint are never predicted)."""
-    out = copy.deepcopy(model)
-    old = out.get_output_embeddings().weight.shape[0]
-    out.resize_token_embeddings(n_rows, mean_resizing=False)
-    with torch.no_grad():
-        head = out.get_output_embeddings().weight
-        if n_rows > old:
-            head[old:] = -head[:old].abs().mean()
-    out.config.vocab_size = n_rows
-    return out.eval()
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +32,7 @@ def qwen():
 @pytest.mark.parametrize("alg", ["sd", *(pytest.param(a, marks=pytest.mark.slow) for a in ("tli", "slrs", "slem"))])
 def test_one_tokenizer_with_heads_of_different_widths(qwen, alg, widths):
     base, tok = qwen
-    draft, target = (_resized(base, len(tok) + extra) if extra else base for extra in widths)
+    draft, target = (resized(base, len(tok) + extra) if extra else base for extra in widths)
     assert target.get_output_embeddings().weight.shape[0] != draft.get_output_embeddings().weight.shape[0]
     kw = dict(target=target, target_tokenizer=tok, max_new_tokens=16)
     ref = generate(PROMPT, algorithm="ar", **kw)

@@ -19,10 +19,10 @@ Negative controls, one per algorithm, each a bug that once existed somewhere:
 * slem: accept the draft's token without the target's own draw (accept every proposal);
 * tli: the draft's distribution restricted to the intersection but not renormalized;
 * slrs: q(d) of the drawn draft token used in place of psi(t), the mass of all draft tokens
-  whose first target token is t. NOT YET DETECTED here: on these tiny mirrored pairs the draft's
-  candidates inside the target's truncated support rarely share a first target token, so the bug
-  leaves the sampled sequences unchanged (measured: identical p-values); `_slrs_with_q_instead_of_psi`
-  is kept for the wider control this still needs;
+  whose first target token is t. On the mirrored pairs the draft's candidates inside the target's
+  truncated support rarely share a first target token, so this bug leaves their samples unchanged;
+  the control runs on `_psi_case`, steered so that two of the draft's three candidates share one
+  (psi(t) = 2/3 against q(d) = 1/3), where SLRS itself must pass and the bug must fail;
 * sd: the residual max(p - q, 0) left unnormalized and sampled as if it summed to one.
 """
 from __future__ import annotations
@@ -31,12 +31,12 @@ import collections
 
 import pytest
 import torch
-from scipy.stats import chi2, chisquare, ncx2
+from _support import chi_square_pvalue, exact_distribution, resized
+from scipy.stats import chi2, ncx2
 
 import xvocab
-from xvocab import engine, verify
+from xvocab import engine
 from xvocab.algorithms.common import Proposal
-from xvocab.roles import prompt_ids
 from xvocab.sampling import SamplingParams, logits_to_probs
 from xvocab.zoo.tiny import mirror_model
 
@@ -55,24 +55,6 @@ SD_CASES = [("gpt-2", 0, 0), ("gpt-2", 96, 0), ("starcoder", 0, 64), ("mistral-v
 CONTROL_PAIR = ("llama-spm", "mistral-v7")
 DEFAULT = {("slem", "starcoder<-refact", "T1-top_k3"), ("tli", "llama-spm<-gpt-2", "T0.7-top_p0.95"),
            ("slrs", "tekken-240911<-mistral-v7", "T1-top_k3"), ("sd", "gpt-2+96/+0", "T0.7-top_p0.95")}
-
-
-def _resized(model, n_rows, seed=0):
-    """A copy of `model` with n_rows embedding/head rows; new rows random (reads) and very negative (predictions)."""
-    import copy
-
-    out = copy.deepcopy(model)
-    old = out.get_output_embeddings().weight.shape[0]
-    if n_rows == old:
-        return out
-    out.resize_token_embeddings(n_rows, mean_resizing=False)
-    with torch.no_grad():
-        out.get_output_embeddings().weight[old:] = -out.get_output_embeddings().weight[:old].abs().mean()
-        gen = torch.Generator().manual_seed(seed)
-        emb = out.get_input_embeddings().weight
-        emb[old:] = torch.randn(n_rows - old, emb.shape[1], generator=gen) * emb[:old].std()
-    out.config.vocab_size = n_rows
-    return out.eval()
 
 
 def _leaky(draft, seed=7, noise=0.3):
@@ -113,6 +95,35 @@ def _splitting(draft, tt, dt, scale=1.0):
     return draft
 
 
+def _psi_case(target, tt, draft, dt, big=1000.0):
+    """Target and draft steered so that psi differs from q at every position: the target's top three are
+    t, u, v at equal logits (p = 1/3 each), the draft's top three are d1, d2 (both starting with the target
+    token t, say `▁thigh` and `▁thesis` for `▁th`) and d3 (standing for u), also at equal logits. Then
+    psi(t) = 2/3, psi(u) = 1/3, q(d1) = 1/3: a verifier that uses q(d) in place of psi(t) accepts t
+    twice as often as it should, and the output shifts from uniform to {t: 2/3, u: 1/3} per position."""
+    import copy
+
+    from xvocab.alignment.tables import pair_tables
+
+    first = pair_tables(tt, dt, len(tt), len(dt)).slrs.to_target.tolist()  # [V_draft] first target token
+    groups = collections.defaultdict(list)
+    for d, t in enumerate(first):
+        groups[t].append(d)
+    spelled = [t for t in sorted(groups) if t >= 0 and len(groups[t]) >= 2 and len(tt.convert_ids_to_tokens(t)) >= 3
+               and tt.convert_ids_to_tokens(t).lstrip("\u2581").isalpha()]
+    t, u, v = spelled[:3]
+
+    def steered(model, rows):
+        out = copy.deepcopy(model)
+        head = out.get_output_embeddings()
+        with torch.no_grad():
+            head.weight[rows] = 0.0  # equal logits for the steered rows, whatever the hidden state
+            head.bias = torch.nn.Parameter(torch.zeros(head.weight.shape[0]).index_fill_(0, torch.tensor(rows), big))
+        return out.eval()
+
+    return steered(target, [t, u, v]), tt, steered(draft, groups[t][:2] + groups[u][:1]), dt
+
+
 @pytest.fixture(scope="module")
 def cases():
     out = {}
@@ -120,44 +131,17 @@ def cases():
         tt, dt = xvocab.zoo.tokenizer(t_name), xvocab.zoo.tokenizer(d_name)
         base = xvocab.zoo.tiny_model(tt, seed=1)
         draft = _splitting(_leaky(mirror_model(base, tt, dt), noise=0.1), tt, dt)
-        out[f"{t_name}<-{d_name}"] = (_resized(base, len(tt) + extra), tt, draft, dt)
+        out[f"{t_name}<-{d_name}"] = (resized(base, len(tt) + extra), tt, draft, dt)
         if (t_name, d_name) == CONTROL_PAIR:  # most of q outside the intersection: the controls' bugs show
             strong = _splitting(_leaky(mirror_model(base, tt, dt), noise=0.1), tt, dt, scale=1.05)
             out["control"] = (base, tt, strong, dt)
+            out["psi"] = _psi_case(base, tt, mirror_model(base, tt, dt), dt)
     for name, d_extra, t_extra in SD_CASES:
         tok = xvocab.zoo.tokenizer(name)
         base = xvocab.zoo.tiny_model(tok, seed=1)
-        draft = _leaky(_resized(xvocab.zoo.tiny_model(tok, seed=1), len(tok) + d_extra), noise=0.4)
-        out[f"{name}+{d_extra}/+{t_extra}"] = (_resized(base, len(tok) + t_extra), tok, draft, tok)
+        draft = _leaky(resized(xvocab.zoo.tiny_model(tok, seed=1), len(tok) + d_extra), noise=0.4)
+        out[f"{name}+{d_extra}/+{t_extra}"] = (resized(base, len(tok) + t_extra), tok, draft, tok)
     return out
-
-
-def exact_distribution(model, tok, prompt, params, n_tokens):
-    """{sequence: probability} of the target's first n_tokens, by enumeration over the processed support."""
-    ids = prompt_ids(tok, prompt)
-    dist = {(): 1.0}
-    with torch.no_grad():
-        for _ in range(n_tokens):
-            nxt = {}
-            for seq, mass in dist.items():
-                p = logits_to_probs(model(torch.tensor([ids + list(seq)])).logits[0, -1], params)
-                for x in p.nonzero().flatten().tolist():
-                    nxt[seq + (x,)] = mass * float(p[x])
-            dist = nxt
-    return dist
-
-
-def chi_square_pvalue(counts: collections.Counter, exact: dict, n: int) -> float:
-    """Goodness of fit of n observed sequences to `exact`; a sequence outside the support gives 0."""
-    if not set(counts) <= set(exact):
-        return 0.0  # the target can never produce it: certainly not the target's distribution
-    total = sum(exact.values())
-    big = sorted(key for key in exact if exact[key] / total * n >= 5)
-    observed = [counts[key] for key in big] + [n - sum(counts[key] for key in big)]
-    expected = [exact[key] / total * n for key in big] + [n - sum(exact[key] / total * n for key in big)]
-    if expected[-1] < 1e-9:
-        observed, expected = observed[:-1], expected[:-1]
-    return float(chisquare(observed, expected, sum_check=False).pvalue)
 
 
 def sampled_pvalue(case, alg, params, n=N, k=2, tokens=TOKENS):
@@ -189,6 +173,11 @@ GRID = [pytest.param(*g, id="-".join(g), marks=() if g in DEFAULT else pytest.ma
 @pytest.mark.parametrize("alg,case,setting", GRID)
 def test_sampled_sequences_follow_the_target(cases, alg, case, setting):
     assert sampled_pvalue(cases[case], alg, SETTINGS[setting]) > ALPHA
+
+
+def test_slrs_is_exact_where_psi_sums_several_draft_tokens(cases):
+    """The case the SLRS control fails on, passed by SLRS itself: psi(t) = 2/3 while each q(d) = 1/3."""
+    assert sampled_pvalue(cases["psi"], "slrs", SETTINGS["T1-top_k3"]) > ALPHA
 
 
 # ------------------------------------------------------------------ negative controls: the same test must fail
@@ -244,6 +233,7 @@ def _sd_with_unnormalized_residual(target_probs, proposal_probs, proposed, gener
 CONTROLS = {
     "slem": ("llama-spm<-mistral-v7", lambda mp: mp.setattr(engine, "exact_match_verify", _slem_accepts_all)),
     "tli": ("control", lambda mp: mp.setitem(engine.DRAFTERS, "tli", _tli_without_renormalization)),
+    "slrs": ("psi", lambda mp: mp.setitem(engine.DRAFTERS, "slrs", _slrs_with_q_instead_of_psi)),
     "sd": ("gpt-2+96/+0", lambda mp: [mp.setattr(engine, name, _sd_with_unnormalized_residual)
                                        for name in ("rejection_verify", "rejection_verify_rows")]),
 }

@@ -7,9 +7,11 @@ import collections
 
 import pytest
 import torch
+from _support import chi_square_pvalue, exact_distribution, mirrored_pairs
 from scipy.stats import chisquare
 
 import xvocab
+from xvocab.alignment.intersection import NO_TOKEN
 from xvocab import engine
 from xvocab.engine import generate
 from xvocab.sampling import SamplingParams, logits_to_probs, sample
@@ -27,12 +29,7 @@ ALPHA = 1e-6  # false-failure probability of each statistical test
 
 @pytest.fixture(scope="module")
 def tiny_pairs():
-    out = {}
-    for target, draft in PAIRS:
-        tt, dt = xvocab.zoo.tokenizer(target), xvocab.zoo.tokenizer(draft)
-        model = xvocab.zoo.tiny_model(tt, seed=1)
-        out[target, draft] = (model, tt, mirror_model(model, tt, dt), dt)
-    return out
+    return mirrored_pairs(PAIRS)
 
 
 @pytest.mark.parametrize("pair", PAIRS, ids=lambda p: f"{p[0]}<-{p[1]}")
@@ -233,19 +230,6 @@ def test_rejection_sampling_output_follows_p_and_acceptance_matches_closed_form(
 # ------------------------------------------------------------------ end to end, sampled sequences
 
 
-def _exact_two_token_distribution(model, tok, prompt, params):
-    """Closed form: P(x1, x2) = p(x1) p(x2 | x1) under the processed target distribution."""
-    ids = engine.prompt_ids(tok, prompt)
-    with torch.no_grad():
-        p1 = logits_to_probs(model(torch.tensor([ids])).logits[0, -1], params)
-        dist = {}
-        for x1 in p1.nonzero().flatten().tolist():
-            p2 = logits_to_probs(model(torch.tensor([ids + [x1]])).logits[0, -1], params)
-            for x2 in p2.nonzero().flatten().tolist():
-                dist[x1, x2] = float(p1[x1] * p2[x2])
-    return dist
-
-
 def _noisy_mirror(model, tt, dt, noise=0.1):
     draft = mirror_model(model, tt, dt)
     gen = torch.Generator().manual_seed(7)
@@ -256,23 +240,14 @@ def _noisy_mirror(model, tt, dt, noise=0.1):
 
 
 def _sequence_pvalue(model, tt, draft, dt, alg, n, params, **kw):
-    exact = _exact_two_token_distribution(model, tt, PROMPTS[0], params)
+    exact = exact_distribution(model, tt, PROMPTS[0], params, 2)
     counts = collections.Counter()
     for seed in range(n):
         out = generate(PROMPTS[0], target=model, target_tokenizer=tt, draft=draft, draft_tokenizer=dt,
                        algorithm=alg, k=2, max_new_tokens=2, temperature=params.temperature, top_k=params.top_k,
                        seed=seed, **kw)
         counts[tuple(out.token_ids)] += 1
-    if not set(counts) <= set(exact):
-        return 0.0  # a sequence the target can never produce: certainly not the target's distribution
-    # Bins expected to hold fewer than 5 samples are pooled, as the chi-square approximation requires.
-    total = sum(exact.values())
-    big = sorted(key for key in exact if exact[key] / total * n >= 5)
-    observed = [counts[key] for key in big] + [n - sum(counts[key] for key in big)]
-    expected = [exact[key] / total * n for key in big] + [n - sum(exact[key] / total * n for key in big)]
-    if expected[-1] < 1e-9:
-        observed, expected = observed[:-1], expected[:-1]
-    return chisquare(observed, expected, sum_check=False).pvalue
+    return chi_square_pvalue(counts, exact, n)
 
 
 @pytest.mark.parametrize("encoding", ["native", "aligned"])
@@ -363,7 +338,7 @@ def _first_step_acceptance(target, tt, draft, dt, alg, params):
         p = logits_to_probs(target(torch.tensor([engine.prompt_ids(tt, PROMPTS[0])])).logits[0, -1], params)
         d_logits = draft(torch.tensor([engine.prompt_ids(dt, PROMPTS[0])])).logits[0, -1]
     to_target = (tables.tli if alg == "tli" else tables.slrs).to_target
-    allowed = to_target != engine.NO_TOKEN
+    allowed = to_target != NO_TOKEN
     q = logits_to_probs(d_logits.masked_fill(~allowed, float("-inf")), params)
     r = torch.zeros(len(p)).index_add_(0, to_target[allowed], q[allowed])
     return float(torch.minimum(p, r).sum())
@@ -447,7 +422,7 @@ def test_draft_ids_bias_and_push_equal_masking(tiny_pairs):
                                 draft.get_output_embeddings().weight.shape[0])
     logits = torch.randn(len(tables.tli.to_target), generator=torch.Generator().manual_seed(1))
     for ids in (tables.tli, tables.slrs):
-        allowed = ids.to_target != engine.NO_TOKEN
+        allowed = ids.to_target != NO_TOKEN
         assert 0 < int(allowed.sum()) < len(allowed)  # a real restriction, so the comparison can fail
         q = torch.softmax(logits.masked_fill(~allowed, float("-inf")), -1)
         assert torch.equal(torch.softmax(ids.restrict(logits), -1), q)

@@ -7,13 +7,13 @@ positions per forward at k = 4 where 10, 5, 5, ... is right); outputs were uncha
 """
 import pytest
 import torch
+from _support import mirrored_pairs
 
 import xvocab
 from xvocab import kv
 from xvocab.alignment.translate import common_prefix_length
 from xvocab.engine import generate
 from xvocab.roles import prompt_ids
-from xvocab.zoo.tiny import mirror_model
 
 PAIRS = [("starcoder", "refact"), ("llama-spm", "mistral-v1"), ("qwen2", "qwen35")]  # pairs whose mirrors accept
 PROMPT = "def fibonacci(n):"
@@ -21,12 +21,7 @@ PROMPT = "def fibonacci(n):"
 
 @pytest.fixture(scope="module")
 def pairs():
-    out = {}
-    for target, draft in PAIRS:
-        tt, dt = xvocab.zoo.tokenizer(target), xvocab.zoo.tokenizer(draft)
-        model = xvocab.zoo.tiny_model(tt, seed=1)
-        out[target, draft] = (model, tt, mirror_model(model, tt, dt), dt)
-    return out
+    return mirrored_pairs(PAIRS)
 
 
 class Spy:

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import xvocab
+from xvocab.alignment.intersection import NO_TOKEN
 from xvocab import algorithms, engine
 from xvocab.alignment.tables import pair_tables
 from xvocab.roles import prompt_ids, special_prefix
@@ -53,9 +54,9 @@ def test_a_target_whose_bos_is_its_eos_gets_eos_only_from_the_drafts_eos():
     tt, dt = xvocab.zoo.tokenizer("gpt-2"), xvocab.zoo.tokenizer("llama-spm")
     tables = pair_tables(tt, dt, len(tt), len(dt))
     assert tables.tli.to_target_host[dt.eos_token_id] == tt.eos_token_id
-    assert tables.tli.to_target_host[dt.bos_token_id] == engine.NO_TOKEN  # BOS is never proposed
+    assert tables.tli.to_target_host[dt.bos_token_id] == NO_TOKEN  # BOS is never proposed
     specials = [i for i, b in enumerate(xvocab.token_bytes(dt)) if b is None and i != dt.eos_token_id]
-    assert specials and all(tables.slrs.to_target_host[i] == engine.NO_TOKEN for i in specials)
+    assert specials and all(tables.slrs.to_target_host[i] == NO_TOKEN for i in specials)
 
 
 # ------------------------------------------------------------------ EOS in decoding, every algorithm

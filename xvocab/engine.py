@@ -20,8 +20,7 @@ import torch
 from xvocab.algorithms import DRAFTERS, DraftContext, Proposal
 from xvocab.algorithms.common import Side
 from xvocab.alignment.aligned import ENCODINGS, AlignedCodec, draft_codec, model_encoding
-from xvocab.alignment.intersection import NO_TOKEN  # noqa: F401  (re-exported for tests and scripts)
-from xvocab.alignment.tables import PairTables, pair_tables, same_vocabulary  # noqa: F401
+from xvocab.alignment.tables import pair_tables, same_vocabulary
 from xvocab.alignment.translate import common_prefix_length
 from xvocab.errors import ConfigError, ContextFullError, VocabularyMismatchError
 from xvocab.kv import Decoder
