@@ -26,20 +26,23 @@ from xvocab import records
 from xvocab.cost import speedup_bounds
 
 GROUP = ("target", "draft", "dataset", "temperature", "max_new_tokens", "algorithm", "k", "draft_confidence",
-         "draft_encoding", "cpu")
-OPTIONAL = {"draft_confidence": 0.0, "draft_encoding": None, "cpu": None}  # fields absent from older records
-BASELINE = ("target", "dataset", "temperature", "max_new_tokens", "device", "dtype", "threads", "top_k", "top_p", "cpu")
+         "draft_encoding", "cpu", "kernels")
+# Fields absent from older records; records made before xvocab.packed_linear ran the stock kernels.
+OPTIONAL = {"draft_confidence": 0.0, "draft_encoding": None, "cpu": None, "kernels": "stock"}
+BASELINE = ("target", "dataset", "temperature", "max_new_tokens", "device", "dtype", "threads", "top_k", "top_p", "cpu",
+            "kernels")
 COLUMNS = ("target", "draft", "dataset", "temperature", "algorithm", "k", "draft_confidence", "prompts", "ttft_s", "tpot_ms",
            "tokens_per_s", "speedup", "tau", "fed_per_token", "acceptance", "per_position", "pass_at_1", "equals_ar")
 COST_COLUMNS = ("c", "v", "bound", "efficiency")
 
 
 def add_costs(rows: list[dict], costs: list[dict]) -> bool:
-    """Join the latest cost record of each (target, draft, k) to `rows`; True if any matched."""
-    latest = {(c["target"], c["draft"], c["k"]): c for c in costs}
+    """Join the latest cost record of each (target, draft, k, cpu, kernels) to `rows`: costs measured on
+    the machine and with the kernels the row was; True if any matched."""
+    latest = {(c["target"], c["draft"], c["k"], c.get("cpu"), c.get("kernels", "stock")): c for c in costs}
     matched = False
     for r in rows:
-        cost = latest.get((r["target"], r["draft"], r["k"]))
+        cost = latest.get((r["target"], r["draft"], r["k"], r["cpu"], r["kernels"]))
         if cost is None or r["draft_confidence"]:  # an early draft stop verifies fewer than k + 1: no fixed v
             continue
         matched = True
@@ -155,7 +158,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         at = columns.index("draft_confidence") + 1
         columns = columns[:at] + ("draft_encoding",) + columns[at:]
     if any(r["cpu"] for r in rows):  # the machine each row was measured on (records made before it say nothing)
-        columns = columns + ("cpu",)
+        columns = columns + ("cpu", "kernels")
     out = args.results_dirs[0]
     records.write_atomic(out / "report.md", to_markdown(rows, columns) + "\n")
     records.write_atomic(out / "report.csv", to_csv(rows, columns + (("bound_paper",) if "bound" in columns else ())))

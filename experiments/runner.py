@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 import xvocab
 from experiments import datasets, humaneval
-from xvocab import records, zoo
+from xvocab import packed_linear, records, zoo
 from xvocab.zoo.tiny import mirror_model
 
 
@@ -70,7 +70,9 @@ def point(cfg: dict, algorithm: str) -> dict:
             "cpu": records.cpu_name(),
             # Present only when on, so records made before the option existed keep their hashes.
             **({"draft_confidence": cfg["draft_confidence"]} if cfg["draft_confidence"] and not ar else {}),
-            **({"draft_encoding": cfg["draft_encoding"]} if cfg.get("draft_encoding") and not ar else {})}
+            **({"draft_encoding": cfg["draft_encoding"]} if cfg.get("draft_encoding") and not ar else {}),
+            # CPU linears prepacked for oneDNN (xvocab.packed_linear); absent: the stock kernels of older records.
+            **({"kernels": "packed"} if packed_linear.applies(resolve_device(cfg["device"]), cfg["dtype"]) else {})}
 
 
 def _generate(row, index, cfg, algorithm, models):

@@ -18,6 +18,7 @@ import torch
 
 from xvocab.alignment.translate import common_prefix_length
 from xvocab.errors import ContextFullError, UnsupportedModelError
+from xvocab.packed_linear import packed_linears
 
 
 def check_rollback(model) -> None:
@@ -88,7 +89,8 @@ class Decoder:
         ids = torch.tensor([new], dtype=torch.long, device=self.device)
         # Only the rows the caller reads get logits: a prompt's prefill would otherwise project every
         # position onto the vocabulary (for Gemma 3, 262k x 640 multiply-adds per prompt token).
-        out = self.model(input_ids=ids, cache=self.cache, use_cache=True, logits_to_keep=rows)
+        with packed_linears(self.model):  # on a CPU, linear layers from prepacked weights (same products)
+            out = self.model(input_ids=ids, cache=self.cache, use_cache=True, logits_to_keep=rows)
         self.forwards += 1
         self.tokens_fed += len(new)
         self.ids = seq
