@@ -1,20 +1,24 @@
-# Two entry points, both from a fresh clone: `make demo` (main job) and `make test`.
+# Two entry points, both from a fresh clone: `make demo` (the main job) and `make test`.
+# `setup` installs packages only; each command fetches the assets it needs (xvocab.zoo, cached under
+# ~/.cache/xvocab): the demo one model, one drafter's tokenizer and HumanEval, the tests every asset.
 PY := .venv/bin/python
 
 .venv/done: pyproject.toml
 	python3 -m venv .venv
 	.venv/bin/pip install --quiet torch==2.13.0
 	.venv/bin/pip install --quiet -e ".[experiments,test]"
-	$(PY) -m xvocab.zoo fetch
 	touch .venv/done
 
 setup: .venv/done
 
+# Measures here, into runs/main (git-ignored, resumable), and prints the committed reference beside it.
 demo: setup
 	$(PY) -m experiments.run --multirun +experiment=main
-	$(PY) -m experiments.report results/main
+	$(PY) -m experiments.report runs/main --reference results/main
 
+# Every asset first (in CI a missing one fails here), then the default suite (slow tests: -m slow).
 test: setup
+	$(PY) -m xvocab.zoo fetch
 	$(PY) -m pytest -q
 
 .PHONY: setup demo test

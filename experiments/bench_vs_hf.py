@@ -24,7 +24,7 @@ import torch
 
 import xvocab
 from experiments.run import load_pair
-from xvocab import records
+from xvocab import defaults, records
 
 
 class ForwardClock:
@@ -89,16 +89,17 @@ def measure(method, row, args, models, clock, seed, hf_draft):
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m experiments.bench_vs_hf", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pair", nargs=2, default=["gemma-3-270m", "smollm2-135m"], metavar=("TARGET", "DRAFT"))
+    parser.add_argument("--pair", nargs=2, default=[defaults.TARGET, defaults.DRAFT], metavar=("TARGET", "DRAFT"))
     parser.add_argument("--prompts", type=int, default=5)
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--k", type=int, default=4)
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--temperature", type=float, default=0.0)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--k", type=int, default=defaults.K)
+    parser.add_argument("--max-new-tokens", type=int, default=defaults.MAX_NEW_TOKENS)
+    parser.add_argument("--temperature", type=float, default=defaults.TEMPERATURE)
+    parser.add_argument("--threads", type=int, default=defaults.THREADS)
     parser.add_argument("--draft-confidence", type=float, default=0.4,
                         help="xvocab's early draft stop; 0.4 is transformers' assistant_confidence_threshold")
-    parser.add_argument("--out", type=Path, default=Path("results/bench_vs_hf"))
+    parser.add_argument("--out", type=Path, default=Path("runs/bench_vs_hf"),
+                        help="where records go (git ignores runs/; results/bench_vs_hf holds the committed references)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     models = load_pair(args.pair[0], args.pair[1], "float32", "cpu", None)  # zoo names, paths, tiny:/mirror:

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from experiments.runner import load_model
-from xvocab import packed_linear, records
+from xvocab import defaults, packed_linear, records
 from xvocab.cost import cost_ratios, forward_ms
 
 
@@ -29,10 +29,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("target")
     parser.add_argument("drafts", nargs="+")
-    parser.add_argument("--k", type=int, nargs="+", default=[4])
+    parser.add_argument("--k", type=int, nargs="+", default=[defaults.K])
     parser.add_argument("--context", type=int, default=128, help="cached tokens before the timed forward")
     parser.add_argument("--reps", type=int, default=20)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=defaults.THREADS)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--kernels", nargs="+", choices=["packed", "stock"], default=["packed"],
                         help="CPU linear kernels to measure (both: side by side, with ratios)")

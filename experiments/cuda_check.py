@@ -1,7 +1,7 @@
 """`python -m experiments.cuda_check [--out FILE]`: the CUDA path, checked and measured in one script.
 
-Run it on a GPU machine (it refuses without CUDA). On the real pair (gemma-3-270m target,
-smollm2-135m draft, both on one GPU) over HumanEval prompts it checks, for slem / tli / slrs:
+Run it on a GPU machine (it refuses without CUDA). On `--pair` (default: the default pair,
+xvocab.defaults; both models on one GPU) over HumanEval prompts it checks, for slem / tli / slrs:
 greedy outputs identical to `ar`; the same seed giving the same sampled output; and it records
 tokens/s, tau and acceptance at temperature 0 and 1, with the device name, as JSON.
 """
@@ -14,23 +14,24 @@ import sys
 import torch
 
 import xvocab
-from xvocab import records
+from xvocab import defaults, records
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m experiments.cuda_check", description=__doc__)
     parser.add_argument("--prompts", type=int, default=5)
-    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--max-new-tokens", type=int, default=defaults.MAX_NEW_TOKENS)
+    parser.add_argument("--pair", nargs=2, default=[defaults.TARGET, defaults.DRAFT], metavar=("TARGET", "DRAFT"))
     parser.add_argument("--dtype", default="bfloat16")
-    parser.add_argument("--out", default="results/cuda_check.json")
+    parser.add_argument("--out", default="runs/cuda_check.json")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("cuda_check: no CUDA device here; run it on a GPU machine", file=sys.stderr)
         return 2
-    target, tt, draft, dt = xvocab.load_pair("gemma-3-270m", "smollm2-135m", dtype=args.dtype, device="cuda")
+    target, tt, draft, dt = xvocab.load_pair(*args.pair, dtype=args.dtype, device="cuda")
     rows, failures = [], []
     prompts = xvocab.zoo.dataset("humaneval")[: args.prompts]
-    kw = dict(target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt, k=4,
+    kw = dict(target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt, k=defaults.K,
               max_new_tokens=args.max_new_tokens)
     xvocab.generate(prompts[0]["prompt"], algorithm="slem", **{**kw, "max_new_tokens": 8})  # warm-up
     for temperature in (0.0, 1.0):

@@ -9,6 +9,11 @@ lacks (tau, acceptance rate, per-position acceptance), plus pass@1 and the share
 greedy outputs identical to `ar`. Writes report.md, report.csv and report.tex into the
 first RESULTS_DIR (atomically) and prints the Markdown.
 
+`--reference DIR` puts the committed reference beside each row (`ref_speedup`, `ref_tau`, `ref_cpu`:
+the same target, draft, dataset, settings and algorithm, measured elsewhere), so a run on this machine
+shows whether it agrees with the reference. The report starts with where its records are, the machine
+they were measured on and when.
+
 Where a RESULTS_DIR holds `costs.jsonl` (from `experiments.costs`), rows of a measured (target,
 draft, k) also get c, v, the bound tau / (k c + v) and the efficiency speedup / bound (the
 paper's bound tau / (1 + k c) assumes v = 1; it is in the CSV as bound_paper).
@@ -109,6 +114,37 @@ def aggregate(recs: list[dict]) -> list[dict]:
     return rows
 
 
+# What makes a reference row the same measurement made elsewhere (the machine and kernels may differ).
+REFERENCE_MATCH = ("target", "draft", "dataset", "temperature", "max_new_tokens", "algorithm", "k", "draft_confidence",
+                   "draft_encoding")
+REFERENCE_COLUMNS = ("ref_speedup", "ref_tau", "ref_cpu")
+
+
+def add_reference(rows: list[dict], reference: list[dict]) -> bool:
+    """Put beside each row the reference row of the same measurement (same machine preferred, then the one
+    over the most prompts); True if any matched."""
+    by = defaultdict(list)
+    for ref in reference:
+        by[tuple(ref[f] for f in REFERENCE_MATCH)].append(ref)
+    matched = False
+    for r in rows:
+        candidates = by.get(tuple(r[f] for f in REFERENCE_MATCH))
+        if candidates:
+            best = max(candidates, key=lambda c: (c["cpu"] == r["cpu"], c["prompts"]))
+            r.update(ref_speedup=best["speedup"], ref_tau=best["tau"], ref_cpu=best["cpu"] or "not recorded")
+            matched = True
+    return matched
+
+
+def provenance(dirs: list[Path], recs: list[dict]) -> str:
+    """One line: where the records are, how many, on which machines, and when they were made."""
+    cpus = sorted({str(r.get("cpu") or r["config"].get("cpu") or "machine not recorded") for r in recs})
+    times = sorted(r["recorded_at"] for r in recs if r.get("recorded_at"))
+    when = f", recorded {times[0]} to {times[-1]} UTC" if times else ", recording times not kept"
+    return (f"{len(recs)} records in {', '.join(str(d / 'records.jsonl') for d in dirs)}; measured on "
+            f"{'; '.join(cpus)}{when}")
+
+
 def _fmt(value, digits=2) -> str:
     if value is None:
         return "—"
@@ -147,6 +183,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(prog="python -m experiments.report", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("results_dirs", nargs="+", type=Path)
+    parser.add_argument("--reference", type=Path, help="a results directory to show beside these (the committed one)")
     args = parser.parse_args(argv)
     recs = [r for d in args.results_dirs for r in records.read(d / "records.jsonl")]
     if not recs:
@@ -159,7 +196,17 @@ def main(argv: list[str] | None = None) -> list[dict]:
         columns = columns[:at] + ("draft_encoding",) + columns[at:]
     if any(r["cpu"] for r in rows):  # the machine each row was measured on (records made before it say nothing)
         columns = columns + ("cpu", "kernels")
+    if args.reference is not None:
+        reference = records.read(args.reference / "records.jsonl")
+        if not reference:
+            parser.error(f"--reference {args.reference}: no records there")
+        if add_reference(rows, aggregate(reference)):
+            columns = columns + REFERENCE_COLUMNS
     out = args.results_dirs[0]
+    head = provenance(args.results_dirs, recs)
+    if args.reference is not None:
+        head += f"\nref_* columns: the reference records in {args.reference / 'records.jsonl'}, measured elsewhere"
+    print(head + "\n")
     records.write_atomic(out / "report.md", to_markdown(rows, columns) + "\n")
     records.write_atomic(out / "report.csv", to_csv(rows, columns + (("bound_paper",) if "bound" in columns else ())))
     records.write_atomic(out / "report.tex", to_latex(rows, columns) + "\n")

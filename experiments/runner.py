@@ -11,6 +11,7 @@ HumanEval completions are executed against their tests (pass@1).
 """
 from __future__ import annotations
 
+import datetime
 import time
 from functools import lru_cache
 from pathlib import Path
@@ -22,7 +23,7 @@ from tqdm import tqdm
 
 import xvocab
 from experiments import datasets, humaneval
-from xvocab import packed_linear, records, zoo
+from xvocab import defaults, packed_linear, records, zoo
 from xvocab.zoo.tiny import mirror_model
 
 
@@ -86,6 +87,7 @@ def _generate(row, index, cfg, algorithm, models):
 
 def _record(conf: dict, row: dict, index: int, out, cfg: dict) -> dict:
     rec = {"config": conf, "config_hash": records.config_hash(conf), "prompt_id": row["id"], "prompt_index": index,
+           "recorded_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
            "token_ids": out.token_ids, "text": out.text, **out.stats.summary(), **records.environment()}
     if cfg["dataset"]["name"] == "humaneval" and cfg["execute_tests"]:
         rec["passed"] = humaneval.passes(row, out.text)
@@ -93,7 +95,8 @@ def _record(conf: dict, row: dict, index: int, out, cfg: dict) -> dict:
 
 
 def run(cfg: dict) -> Path:
-    """Run one sweep point; return the records file."""
+    """Run one sweep point; return the records file. Null settings take the library's defaults (xvocab.defaults)."""
+    cfg = defaults.fill(cfg)
     torch.set_num_threads(cfg["threads"])
     algorithm = cfg["algorithm"]["name"]
     device = resolve_device(cfg["device"])

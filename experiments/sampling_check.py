@@ -24,7 +24,7 @@ from scipy.stats import chi2_contingency
 import xvocab
 from experiments.bench_vs_hf import hf_generate
 from experiments.run import load_pair
-from xvocab import records
+from xvocab import defaults, records
 
 ALPHA = 1e-4
 METHODS = ("hf_assisted", "xvocab_slem", "xvocab_tli", "xvocab_slrs")
@@ -64,10 +64,11 @@ def main(argv=None):
     parser.add_argument("--prompt", default="def fibonacci(n):\n")
     parser.add_argument("--samples", type=int, default=1500)
     parser.add_argument("--tokens", type=int, default=2)
-    parser.add_argument("--k", type=int, default=4)
+    parser.add_argument("--k", type=int, default=defaults.K)
     parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=Path("results/bench_vs_hf"))
+    parser.add_argument("--threads", type=int, default=defaults.THREADS)
+    parser.add_argument("--out", type=Path, default=Path("runs/sampling_check"),
+                        help="where the table goes (git ignores runs/; results/bench_vs_hf holds the committed ones)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     import copy

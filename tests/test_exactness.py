@@ -11,9 +11,11 @@ from _support import chi_square_pvalue, exact_distribution, mirrored_pairs
 from scipy.stats import chisquare
 
 import xvocab
-from xvocab.alignment.intersection import NO_TOKEN
 from xvocab import engine
+from xvocab.alignment.intersection import NO_TOKEN
+from xvocab.alignment.tables import pair_tables, same_vocabulary
 from xvocab.engine import generate
+from xvocab.roles import prompt_ids
 from xvocab.sampling import SamplingParams, logits_to_probs, sample
 from xvocab.verify import (exact_match_verify, exact_match_verify_reference, greedy_verify, rejection_verify,
                            rejection_verify_rows)
@@ -59,8 +61,8 @@ def test_greedy_equals_ar_with_the_target_aligned_draft_encoding(tiny_pairs, pai
 def test_draft_encoding_comes_from_the_drafters_config(tiny_pairs, monkeypatch):
     target, tt, draft, dt = tiny_pairs["gpt-2", "mpt"]
     seen = []
-    real = engine.draft_codec
-    monkeypatch.setattr(engine, "draft_codec", lambda t, d, encoding: seen.append(encoding) or real(t, d, encoding))
+    real = xvocab.pair.draft_codec  # the pair is prepared, draft encoding included, in xvocab.pair
+    monkeypatch.setattr(xvocab.pair, "draft_codec", lambda t, d, encoding: seen.append(encoding) or real(t, d, encoding))
     kw = dict(target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt, max_new_tokens=2)
     generate("x", **kw)
     monkeypatch.setattr(draft.config, "xvocab_draft_encoding", "aligned", raising=False)
@@ -111,7 +113,7 @@ def test_greedy_pairs_exercise_acceptance(tiny_pairs):
     for alg in CROSS:
         out = generate(PROMPTS[0], target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt,
                        algorithm=alg, k=4, max_new_tokens=24)
-        assert not engine.same_vocabulary(tt, dt)
+        assert not same_vocabulary(tt, dt)
         assert out.stats.tau > 1.5, alg
 
 
@@ -332,11 +334,11 @@ def test_top_k_top_p_processing():
 
 def _first_step_acceptance(target, tt, draft, dt, alg, params):
     """Exact P(first proposal accepted) = sum_t min(p(t), r(t)), r = q~ (TLI) or psi (SLRS)."""
-    tables = engine.pair_tables(tt, dt, target.get_output_embeddings().weight.shape[0],
+    tables = pair_tables(tt, dt, target.get_output_embeddings().weight.shape[0],
                                 draft.get_output_embeddings().weight.shape[0])
     with torch.no_grad():
-        p = logits_to_probs(target(torch.tensor([engine.prompt_ids(tt, PROMPTS[0])])).logits[0, -1], params)
-        d_logits = draft(torch.tensor([engine.prompt_ids(dt, PROMPTS[0])])).logits[0, -1]
+        p = logits_to_probs(target(torch.tensor([prompt_ids(tt, PROMPTS[0])])).logits[0, -1], params)
+        d_logits = draft(torch.tensor([prompt_ids(dt, PROMPTS[0])])).logits[0, -1]
     to_target = (tables.tli if alg == "tli" else tables.slrs).to_target
     allowed = to_target != NO_TOKEN
     q = logits_to_probs(d_logits.masked_fill(~allowed, float("-inf")), params)
@@ -418,7 +420,7 @@ def test_fast_argmax_is_torch_argmax_with_ties_nan_and_infinities():
 def test_draft_ids_bias_and_push_equal_masking(tiny_pairs):
     """DraftIds restricts by adding a bias and pushes by index lists; the masked forms are the definition."""
     target, tt, draft, dt = tiny_pairs["starcoder", "refact"]
-    tables = engine.pair_tables(tt, dt, target.get_output_embeddings().weight.shape[0],
+    tables = pair_tables(tt, dt, target.get_output_embeddings().weight.shape[0],
                                 draft.get_output_embeddings().weight.shape[0])
     logits = torch.randn(len(tables.tli.to_target), generator=torch.Generator().manual_seed(1))
     for ids in (tables.tli, tables.slrs):

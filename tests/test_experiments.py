@@ -9,7 +9,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from experiments import report, run
-from xvocab import records
+from xvocab import defaults, records
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "conf"
@@ -26,8 +26,31 @@ def _compose(overrides):
                          [f"+experiment={e}" for e in EXPERIMENTS])
 def test_every_config_composes(override):
     cfg = _compose([override])
+    filled = defaults.fill({key: cfg[key] for key in defaults.RUN_KEYS})  # null: the library's default
     assert cfg.pair.target and cfg.algorithm.name in ("ar", "sd", "slem", "tli", "slrs")
-    assert cfg.dataset.name and cfg.k >= 1 and cfg.max_new_tokens >= 1
+    assert cfg.dataset.name and filled["k"] >= 1 and filled["max_new_tokens"] >= 1
+
+
+def test_library_defaults_have_one_source():
+    """conf/config.yaml leaves the library's defaults null; generate() and the scripts take them from
+    xvocab.defaults; the default pair is one pair everywhere."""
+    import inspect
+
+    from omegaconf import OmegaConf
+
+    import xvocab
+    from experiments import bench_vs_hf
+
+    base = OmegaConf.load(CONF / "config.yaml")
+    assert all(base[key] is None for key in defaults.RUN_KEYS)
+    signature = inspect.signature(xvocab.generate).parameters
+    assert signature["k"].default == defaults.K and signature["max_new_tokens"].default == defaults.MAX_NEW_TOKENS
+    pair = OmegaConf.load(CONF / "pair" / f"{base.defaults[0]['pair']}.yaml")
+    assert (pair.target, pair.draft) == (defaults.TARGET, defaults.DRAFT)
+    main = OmegaConf.load(CONF / "experiment" / "main.yaml")
+    assert "override /pair: gemma_drafter" in (CONF / "experiment" / "main.yaml").read_text() and main.results_dir.startswith("runs/")
+    source = inspect.getsource(bench_vs_hf.main)
+    assert "defaults.K" in source and "defaults.TARGET" in source
 
 
 @pytest.mark.parametrize("launcher", ["local_parallel", "slurm"])
@@ -136,6 +159,24 @@ def test_report_on_a_fixture_of_records(tmp_path):
     rows = {(r["algorithm"], r["draft_encoding"]): r for r in report.main([str(tmp_path)])}
     assert rows["slem", "aligned"]["tau"] == pytest.approx(2.0) and rows["slem", None]["tau"] == pytest.approx(2.5)
     assert "| draft_encoding |" in (tmp_path / "report.md").read_text()
+
+
+def test_report_puts_the_reference_beside_a_run_and_says_where_and_when(tmp_path, capsys):
+    run_dir, ref_dir = tmp_path / "runs", tmp_path / "results"
+    for d, cpu, wall in ((run_dir, "CPU here", 4.0), (ref_dir, "CPU there", 1.0)):
+        for rec in (_fake("ar", 0, 10, 10, 2.0, [0] * 10, [0] * 10),
+                    _fake("slem", 4, 10, 4, wall, [4, 2, 0, 0], [4, 4, 4, 4], equals_ar=True)):
+            rec["config"]["cpu"] = rec["cpu"] = cpu
+            rec["config_hash"] = records.config_hash(rec["config"])
+            rec["recorded_at"] = "2026-12-01 10:00" if d == run_dir else "2026-01-01 10:00"
+            records.append(d / "records.jsonl", rec)
+    rows = {r["algorithm"]: r for r in report.main([str(run_dir), "--reference", str(ref_dir)])}
+    assert rows["slem"]["speedup"] == pytest.approx(0.5) and rows["slem"]["ref_speedup"] == pytest.approx(2.0)
+    assert rows["slem"]["ref_cpu"] == "CPU there" and rows["slem"]["ref_tau"] == pytest.approx(2.5)
+    printed = capsys.readouterr().out
+    assert str(run_dir / "records.jsonl") in printed and "CPU here" in printed and "2026-12-01 10:00" in printed
+    assert "| ref_speedup |" in (run_dir / "report.md").read_text()
+    assert not (ref_dir / "report.md").exists()  # the reference is read, never written
 
 
 def test_forward_costs_are_measured_on_a_warm_cache():

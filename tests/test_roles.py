@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import xvocab
-from xvocab.alignment.intersection import NO_TOKEN
 from xvocab import algorithms, engine
+from xvocab.alignment.intersection import NO_TOKEN
 from xvocab.alignment.tables import pair_tables
 from xvocab.roles import prompt_ids, special_prefix
 from xvocab.zoo.tiny import mirror_model

@@ -2,6 +2,7 @@
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -100,3 +101,83 @@ def test_fetch_missing_package_says_how_to_retry(offline_index):
 def test_library_imports_without_hydra_or_datasets():
     code = "import sys, xvocab; assert 'hydra' not in sys.modules and 'datasets' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.fixture
+def sdist_index(tmp_path, monkeypatch):
+    """A local PEP 691 simple index serving one source archive, in place of PyPI's."""
+    import http.server
+    import io
+    import json
+    import tarfile
+    import threading
+
+    archive = tmp_path / "xvocab_fake_sdist-1.0.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        data = b"payload"
+        info = tarfile.TarInfo("xvocab_fake_sdist-1.0/data.txt")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            if self.path == "/simple/xvocab-fake-sdist/":
+                body = json.dumps({"files": [{"filename": archive.name,
+                                              "url": f"http://127.0.0.1:{port}/files/{archive.name}"}]}).encode()
+            elif self.path == f"/files/{archive.name}":
+                body = archive.read_bytes()
+            else:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    port = server.server_address[1]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setattr(cache, "SIMPLE_INDEX", f"http://127.0.0.1:{port}/simple")
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
+    yield cache.Package("xvocab-fake-sdist", "1.0", archive.name, cache.sha256_of(archive), sdist=True), archive
+    server.shutdown()
+
+
+def test_an_sdist_comes_straight_from_the_index_without_pip(sdist_index, monkeypatch):
+    """pip download of an sdist builds its build dependencies first (minutes); the zoo only unpacks it."""
+    pkg, archive = sdist_index
+    monkeypatch.setattr(cache, "_download_pip", lambda *a: pytest.fail("pip must not be needed here"))
+    assert cache.fetch(pkg).read_bytes() == archive.read_bytes()
+
+
+def test_an_sdist_falls_back_to_pip_where_the_index_is_unreachable(sdist_index, monkeypatch):
+    pkg, archive = sdist_index
+    monkeypatch.setattr(cache, "SIMPLE_INDEX", "http://127.0.0.1:9/simple")  # nothing listens there
+    calls = []
+
+    def pip(p, directory):
+        calls.append(p.name)
+        (Path(directory) / p.filename).write_bytes(archive.read_bytes())
+        return subprocess.CompletedProcess([], 0, "", "")
+
+    monkeypatch.setattr(cache, "_download_pip", pip)
+    assert cache.fetch(pkg).read_bytes() == archive.read_bytes() and calls == [pkg.name]
+
+
+def test_zoo_imports_run_one_way():
+    """names -> models -> tokenizers: neither lower module imports a higher one, even inside a function."""
+    import ast
+    import inspect
+
+    from xvocab.zoo import models, tokenizers
+
+    def imported(module):
+        tree = ast.parse(inspect.getsource(module))
+        return {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | \
+            {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+
+    assert not imported(tokenizers) & {"xvocab.zoo.models", "xvocab.zoo.names", "xvocab.zoo"}
+    assert not imported(models) & {"xvocab.zoo.names", "xvocab.zoo"}

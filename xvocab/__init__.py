@@ -1,9 +1,10 @@
 """xvocab: lossless speculative decoding between models with different vocabularies.
 
-    out = xvocab.generate(prompt, target=..., target_tokenizer=..., draft=..., draft_tokenizer=...,
-                          algorithm="slem" | "tli" | "slrs" | "sd" | "ar", k=5, temperature=0.0)
+    target, tt, draft, dt = xvocab.load_pair()   # the default pair (xvocab.defaults), or any two names
+    out = xvocab.generate(prompt, target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt,
+                          algorithm="slem" | "tli" | "slrs" | "sd" | "ar", k=4, temperature=0.0)
 """
-from xvocab import zoo
+from xvocab import defaults, zoo
 from xvocab.alignment import VocabMap, intersection
 from xvocab.engine import ALGORITHMS, Output, generate
 from xvocab.errors import AssetError, ConfigError, UnknownNameError, VocabularyMismatchError, XVocabError
@@ -12,8 +13,9 @@ from xvocab.tokens import token_bytes
 __version__ = "0.1.0"
 
 
-def load_pair(target: str, draft: str, *, dtype="float32", device=None):
-    """(target, target_tokenizer, draft, draft_tokenizer) from zoo names, hub ids or local directories."""
+def load_pair(target: str = defaults.TARGET, draft: str = defaults.DRAFT, *, dtype="float32", device=None):
+    """(target, target_tokenizer, draft, draft_tokenizer) from zoo names, hub ids or local directories
+    (by default the default pair: gemma-3-270m and the drafter distilled for it)."""
     t_model, t_tok = zoo.model(target, dtype=dtype, device=device)
     d_model, d_tok = zoo.model(draft, dtype=dtype, device=device)
     return t_model, t_tok, d_model, d_tok

@@ -17,17 +17,17 @@ from dataclasses import dataclass
 
 import torch
 
+from xvocab import defaults
 from xvocab.algorithms import DRAFTERS, DraftContext, Proposal
 from xvocab.algorithms.common import Side
-from xvocab.alignment.aligned import ENCODINGS, AlignedCodec, draft_codec, model_encoding
-from xvocab.alignment.tables import pair_tables, same_vocabulary
+from xvocab.alignment.tables import same_vocabulary
 from xvocab.alignment.translate import common_prefix_length
 from xvocab.errors import ConfigError, ContextFullError, VocabularyMismatchError
 from xvocab.kv import Decoder
-from xvocab.roles import eos_ids, prompt_ids
+from xvocab.pair import head_device, prepare
+from xvocab.roles import prompt_ids
 from xvocab.sampling import ProbRows, SamplingParams, logits_to_probs
 from xvocab.stats import Stats
-from xvocab.tokens import codec
 from xvocab.verify import exact_match_verify, greedy_verify, rejection_verify, rejection_verify_rows
 
 ALGORITHMS = tuple(DRAFTERS)
@@ -38,10 +38,6 @@ class Output:
     token_ids: list[int]  # generated target-vocabulary ids, prompt excluded
     text: str
     stats: Stats
-
-
-def _output_vocab(model) -> int:
-    return model.get_output_embeddings().weight.shape[0]
 
 
 def _validate(prompt, target_tokenizer, draft, draft_tokenizer, algorithm, k, max_new_tokens, target):
@@ -67,9 +63,11 @@ def _validate(prompt, target_tokenizer, draft, draft_tokenizer, algorithm, k, ma
                           f"target's context of {limit}; shorten the prompt or lower max_new_tokens")
 
 
-def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokenizer=None, algorithm: str = "slem",
-             k: int = 5, max_new_tokens: int = 128, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
-             seed: int = 0, draft_confidence: float = 0.0, draft_encoding: str | None = None) -> Output:
+def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokenizer=None,
+             algorithm: str = defaults.ALGORITHM, k: int = defaults.K, max_new_tokens: int = defaults.MAX_NEW_TOKENS,
+             temperature: float = defaults.TEMPERATURE, top_k: int = defaults.TOP_K, top_p: float = defaults.TOP_P,
+             seed: int = defaults.SEED, draft_confidence: float = defaults.DRAFT_CONFIDENCE,
+             draft_encoding: str | None = None) -> Output:
     """Continue `prompt` with `target`, drafted by `draft` through `algorithm`; lossless for every algorithm.
 
     `draft_confidence` > 0 stops a draft early, after a token the draft itself gives less than that
@@ -82,34 +80,22 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
     """
     if not 0 <= draft_confidence <= 1:
         raise ConfigError(f"draft_confidence={draft_confidence} is outside [0, 1]; use 0 to always draft k tokens")
-    if draft_encoding not in (None, *ENCODINGS):
-        raise ConfigError(f"draft_encoding={draft_encoding!r}; choose one of {', '.join(ENCODINGS)} (or None: the draft's own)")
     params = SamplingParams(temperature, top_k, top_p)
     _validate(prompt, target_tokenizer, draft, draft_tokenizer, algorithm, k, max_new_tokens, target)
     wall0 = time.perf_counter()
-    device = target.get_output_embeddings().weight.device  # where logits land (last GPU under a device_map)
-    generator = torch.Generator(device=device).manual_seed(seed)  # verification, on the target's logits device
-    t_side = Side(Decoder(target), codec(target_tokenizer), prompt_ids(target_tokenizer, prompt))
-    eos = set(eos_ids(target, target_tokenizer))
-    if algorithm == "ar":
-        d_side, same, tables = t_side, True, None
-    else:
-        same = same_vocabulary(target_tokenizer, draft_tokenizer)
-        encoding = "native" if same else draft_encoding or model_encoding(draft)
-        d_codec = draft_codec(target_tokenizer, draft_tokenizer, encoding)
-        d_side = Side(Decoder(draft), d_codec, prompt_ids(draft_tokenizer, prompt,
-                                                         d_codec if isinstance(d_codec, AlignedCodec) else None))
-        tables = pair_tables(target_tokenizer, draft_tokenizer, _output_vocab(target), _output_vocab(draft),
-                             tuple(sorted(eos)), eos_ids(draft, draft_tokenizer))
-    d_device = (draft if algorithm != "ar" else target).get_output_embeddings().weight.device
-    if tables is not None:
-        tables = tables.to(d_device)
+    drafting = algorithm != "ar"
+    pair = prepare(target, target_tokenizer, draft if drafting else None, draft_tokenizer, draft_encoding=draft_encoding)
+    device = head_device(target)  # where the target's logits land, and verification runs
+    generator = torch.Generator(device=device).manual_seed(seed)
+    t_side = Side(Decoder(target), pair.target_codec, pair.target_prompt(prompt))
+    d_side = Side(Decoder(draft), pair.draft_codec, pair.draft_prompt(prompt)) if drafting else t_side
+    d_device = head_device(draft) if drafting else device
     # Drafting draws from its own generator on the draft's device (a second stream of the same seed).
     draft_generator = generator if d_device == device else torch.Generator(device=d_device).manual_seed(seed + 1)
-    ctx = DraftContext(t_side, d_side, params, draft_generator, same, tables, draft_confidence)
+    ctx = DraftContext(t_side, d_side, params, draft_generator, pair.same_vocab, pair.tables, draft_confidence)
+    eos, same = pair.eos, pair.same_vocab
     stats = Stats(k=k)
     out: list[int] = []
-    drafting = algorithm != "ar"
     while len(out) < max_new_tokens:
         # Proposals past the last token still to emit are never used: the bonus token covers it.
         budget = min(k, max_new_tokens - len(out) - 1)

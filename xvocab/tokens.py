@@ -27,15 +27,15 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
 from tokenizers import Tokenizer
+from transformers.convert_slow_tokenizer import bytes_to_unicode  # GPT-2's byte -> printable-unicode table
 
 from xvocab.errors import UnsupportedTokenizerError, XVocabError
-from xvocab.zoo.convert import gpt2_byte_table
 
 
 class UnrepresentableTextError(XVocabError, ValueError):
     """Text that a vocabulary cannot spell exactly."""
 
-_BYTE_DECODER = {ch: b for b, ch in gpt2_byte_table().items()}
+_BYTE_DECODER = {ch: b for b, ch in bytes_to_unicode().items()}
 
 
 def _kind(data: dict) -> str:

