@@ -121,20 +121,27 @@ def test_saved_student_loads_as_a_draft_and_is_lossless(tmp_path, tiny_target):
         assert out_.text == ar.text
 
 
-def test_train_drafter_command_end_to_end_on_a_tiny_target(tmp_path):
-    """The Hydra entry runs both stages, resumes, and leaves a loadable checkpoint with its record."""
-    import subprocess
-    import sys
+def _train_drafter_command(tmp_path):
+    """(repository root, output directory, arguments) of a train_drafter run on a tiny target, both stages."""
     from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent
     out = tmp_path / "drafter"
-    cmd = [sys.executable, "-m", "experiments.train_drafter", "target=tiny:llama-spm:3", "draft_tokenizer=deepseek-coder",
-           f"work_dir={tmp_path / 'work'}", f"out_dir={out}", "teacher.n_prompts=6", "teacher.batch_size=3",
-           "teacher.max_new_tokens=5", "teacher.dtype=float32", "student.layers=1", "student.hidden=32",
-           "student.intermediate=64", "student.heads=2", "student.steps=4", "student.batch_size=2",
-           "student.holdout=2", "student.eval_every=2", "student.checkpoint_every=2", "threads=1", "device=cpu",
-           "student.encoding=aligned", "name=tiny-drafter", f"hydra.run.dir={tmp_path / 'hydra'}"]
+    args = ["-m", "experiments.train_drafter", "target=tiny:llama-spm:3", "draft_tokenizer=deepseek-coder",
+            f"work_dir={tmp_path / 'work'}", f"out_dir={out}", "teacher.n_prompts=6", "teacher.batch_size=3",
+            "teacher.max_new_tokens=5", "teacher.dtype=float32", "student.layers=1", "student.hidden=32",
+            "student.intermediate=64", "student.heads=2", "student.steps=4", "student.batch_size=2",
+            "student.holdout=2", "student.eval_every=2", "student.checkpoint_every=2", "threads=1", "device=cpu",
+            "student.encoding=aligned", "name=tiny-drafter", f"hydra.run.dir={tmp_path / 'hydra'}"]
+    return Path(__file__).resolve().parent.parent, out, args
+
+
+def test_train_drafter_command_end_to_end_on_a_tiny_target(tmp_path):
+    """The Hydra entry runs both stages and leaves a loadable checkpoint with its record."""
+    import subprocess
+    import sys
+
+    root, out, args = _train_drafter_command(tmp_path)
+    cmd = [sys.executable, *args]
     proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert len(list((tmp_path / "work" / "teacher").glob("shard-*.jsonl"))) == 2
@@ -144,6 +151,18 @@ def test_train_drafter_command_end_to_end_on_a_tiny_target(tmp_path):
     draft, tok = zoo.model(str(out), device="cpu")
     assert draft.config.vocab_size == len(tok) and draft.config.xvocab_tokenizer == "deepseek-coder"
     assert draft.config.xvocab_draft_encoding == "aligned"  # the engine drafts the way the student learned
+
+
+@pytest.mark.slow
+def test_train_drafter_command_resumes_and_refuses_other_settings(tmp_path):
+    """Rerun: both stages are found done; resuming the student on other settings is refused by name."""
+    import subprocess
+    import sys
+
+    root, out, args = _train_drafter_command(tmp_path)
+    cmd = [sys.executable, *args]
+    proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
     # A rerun finds both stages done: nothing is regenerated or retrained.
     proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]

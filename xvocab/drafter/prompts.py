@@ -19,6 +19,7 @@ import ast
 import random
 import sysconfig
 import textwrap
+from functools import lru_cache
 from pathlib import Path
 
 # Directories of the standard library that are not ordinary library code (or are huge test data).
@@ -50,13 +51,11 @@ def _prompt_of(lines: list[str], node: ast.FunctionDef | ast.AsyncFunctionDef) -
     return textwrap.dedent(text).rstrip() + "\n"
 
 
-def code_prompts(*, seed: int, exclude_names: set[str], max_chars: int) -> list[dict]:
-    """[{id, prompt}] for every documented standard-library function, shuffled by `seed`.
-
-    `exclude_names`: function names never to use (the evaluation set's entry points);
-    `max_chars`: longer prompts are dropped (very long docstrings are not HumanEval-like).
-    """
-    rows = []
+@lru_cache(maxsize=1)
+def _documented_functions() -> tuple[tuple[str, str, str], ...]:
+    """(id, name, prompt) of every documented standard-library function, in file and source order.
+    Parsing the standard library takes seconds, so it is done once per process."""
+    out = []
     root = Path(sysconfig.get_paths()["stdlib"])
     for path in stdlib_files():
         parsed = _parse(path)
@@ -65,11 +64,21 @@ def code_prompts(*, seed: int, exclude_names: set[str], max_chars: int) -> list[
         source, tree = parsed
         lines = source.splitlines(keepends=True)
         for node in ast.walk(tree):
-            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.name in exclude_names:
-                continue
-            prompt = _prompt_of(lines, node)
-            if prompt and len(prompt) <= max_chars:
-                rows.append({"id": f"{path.relative_to(root)}:{node.lineno}:{node.name}", "prompt": prompt})
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                prompt = _prompt_of(lines, node)
+                if prompt:
+                    out.append((f"{path.relative_to(root)}:{node.lineno}:{node.name}", node.name, prompt))
+    return tuple(out)
+
+
+def code_prompts(*, seed: int, exclude_names: set[str], max_chars: int) -> list[dict]:
+    """[{id, prompt}] for every documented standard-library function, shuffled by `seed`.
+
+    `exclude_names`: function names never to use (the evaluation set's entry points);
+    `max_chars`: longer prompts are dropped (very long docstrings are not HumanEval-like).
+    """
+    rows = [{"id": id_, "prompt": prompt} for id_, name, prompt in _documented_functions()
+            if name not in exclude_names and len(prompt) <= max_chars]
     random.Random(seed).shuffle(rows)
     return rows
 
