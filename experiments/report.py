@@ -31,11 +31,11 @@ from xvocab import records
 from xvocab.cost import speedup_bounds
 
 GROUP = ("target", "draft", "dataset", "temperature", "max_new_tokens", "algorithm", "k", "draft_confidence",
-         "draft_encoding", "cpu", "kernels")
+         "draft_encoding", "cpu", "kernels", "cache")
 # Fields absent from older records; records made before xvocab.packed_linear ran the stock kernels.
-OPTIONAL = {"draft_confidence": 0.0, "draft_encoding": None, "cpu": None, "kernels": "stock"}
+OPTIONAL = {"draft_confidence": 0.0, "draft_encoding": None, "cpu": None, "kernels": "stock", "cache": "dynamic"}
 BASELINE = ("target", "dataset", "temperature", "max_new_tokens", "device", "dtype", "threads", "top_k", "top_p", "cpu",
-            "kernels")
+            "kernels", "cache")
 COLUMNS = ("target", "draft", "dataset", "temperature", "algorithm", "k", "draft_confidence", "prompts", "ttft_s", "tpot_ms",
            "tokens_per_s", "speedup", "tau", "fed_per_token", "acceptance", "per_position", "pass_at_1", "equals_ar")
 COST_COLUMNS = ("c", "v", "bound", "efficiency")
@@ -191,6 +191,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     rows = aggregate(recs)
     costs = [c for d in args.results_dirs for c in records.read(d / "costs.jsonl")]
     columns = COLUMNS + COST_COLUMNS if add_costs(rows, costs) else COLUMNS
+    if any(r["cache"] != "dynamic" for r in rows):  # shown only where a sweep set it
+        columns = columns + ("cache",)
     if any(r["draft_encoding"] for r in rows):  # shown only where a sweep set it (else: each drafter's own)
         at = columns.index("draft_confidence") + 1
         columns = columns[:at] + ("draft_encoding",) + columns[at:]

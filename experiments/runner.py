@@ -72,6 +72,7 @@ def point(cfg: dict, algorithm: str) -> dict:
             # Present only when on, so records made before the option existed keep their hashes.
             **({"draft_confidence": cfg["draft_confidence"]} if cfg["draft_confidence"] and not ar else {}),
             **({"draft_encoding": cfg["draft_encoding"]} if cfg.get("draft_encoding") and not ar else {}),
+            **({"cache": cfg["cache"]} if cfg.get("cache", "dynamic") != "dynamic" else {}),
             # CPU linears prepacked for oneDNN (xvocab.packed_linear); absent: the stock kernels of older records.
             **({"kernels": "packed"} if packed_linear.applies(resolve_device(cfg["device"]), cfg["dtype"]) else {})}
 
@@ -82,7 +83,7 @@ def _generate(row, index, cfg, algorithm, models):
                            algorithm=algorithm, k=cfg["k"], max_new_tokens=cfg["max_new_tokens"],
                            temperature=cfg["temperature"], top_k=cfg["top_k"], top_p=cfg["top_p"],
                            seed=cfg["seed"] + index, draft_confidence=cfg["draft_confidence"],
-                           draft_encoding=None if algorithm == "ar" else cfg.get("draft_encoding"))
+                           draft_encoding=None if algorithm == "ar" else cfg.get("draft_encoding"), cache=cfg["cache"])
 
 
 def _record(conf: dict, row: dict, index: int, out, cfg: dict) -> dict:

@@ -120,6 +120,14 @@ def test_draft_encoding_is_a_config_axis(tmp_path):
     assert all(r["equals_ar"] for r in recs if r["config"]["algorithm"] == "slem")
 
 
+def test_cache_is_a_config_axis(tmp_path):
+    cfg = _cfg(tmp_path) | {"cache": "static"}
+    cfg.pop("hydra", None)
+    recs = records.read(run.run(cfg))
+    assert {r["config"].get("cache") for r in recs if r["config"]["algorithm"] == "slem"} == {"static"}
+    assert all(r["equals_ar"] for r in recs if r["config"]["algorithm"] == "slem")
+
+
 def _fake(alg, k, tokens, forwards, wall, accepted, proposed, **extra):
     config = {"target": "T", "draft": None if alg == "ar" else "D", "algorithm": alg, "dataset": "humaneval",
               "k": k, "temperature": 0.0, "top_k": 0, "top_p": 1.0, "max_new_tokens": tokens, "seed": 0,

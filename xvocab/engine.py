@@ -23,7 +23,7 @@ from xvocab.algorithms.common import Side
 from xvocab.alignment.tables import same_vocabulary
 from xvocab.alignment.translate import common_prefix_length
 from xvocab.errors import ConfigError, ContextFullError, VocabularyMismatchError
-from xvocab.kv import Decoder
+from xvocab.kv import CACHES, Decoder
 from xvocab.pair import head_device, prepare
 from xvocab.roles import prompt_ids
 from xvocab.sampling import ProbRows, SamplingParams, logits_to_probs
@@ -67,7 +67,7 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
              algorithm: str = defaults.ALGORITHM, k: int = defaults.K, max_new_tokens: int = defaults.MAX_NEW_TOKENS,
              temperature: float = defaults.TEMPERATURE, top_k: int = defaults.TOP_K, top_p: float = defaults.TOP_P,
              seed: int = defaults.SEED, draft_confidence: float = defaults.DRAFT_CONFIDENCE,
-             draft_encoding: str | None = None) -> Output:
+             draft_encoding: str | None = None, cache: str = defaults.CACHE) -> Output:
     """Continue `prompt` with `target`, drafted by `draft` through `algorithm`; lossless for every algorithm.
 
     `draft_confidence` > 0 stops a draft early, after a token the draft itself gives less than that
@@ -77,7 +77,13 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
     `draft_encoding` is how the draft side tokenizes text: `native` (its own tokenizer) or `aligned`
     (the target's segmentation written in draft ids, xvocab.alignment.aligned); None takes what the
     draft's config says it was trained on (`xvocab_draft_encoding`), else native. Lossless either way.
+
+    `cache` is where both models keep their states (xvocab.kv.Decoder): `dynamic` (transformers'
+    DynamicCache, the reference) or `static` (pre-allocated buffers rolled back by length: the shapes
+    CUDA graphs need). Same output either way.
     """
+    if cache not in CACHES:
+        raise ConfigError(f"cache={cache!r}; choose one of {', '.join(CACHES)}")
     if not 0 <= draft_confidence <= 1:
         raise ConfigError(f"draft_confidence={draft_confidence} is outside [0, 1]; use 0 to always draft k tokens")
     params = SamplingParams(temperature, top_k, top_p)
@@ -87,8 +93,15 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
     pair = prepare(target, target_tokenizer, draft if drafting else None, draft_tokenizer, draft_encoding=draft_encoding)
     device = head_device(target)  # where the target's logits land, and verification runs
     generator = torch.Generator(device=device).manual_seed(seed)
-    t_side = Side(Decoder(target), pair.target_codec, pair.target_prompt(prompt))
-    d_side = Side(Decoder(draft), pair.draft_codec, pair.draft_prompt(prompt)) if drafting else t_side
+    t_prompt = pair.target_prompt(prompt)
+    # The target never holds more than prompt + max_new_tokens - 1 + k + 1 positions; a draft's text can take
+    # more tokens than the target's (a static cache grows if it must).
+    t_side = Side(Decoder(target, cache, len(t_prompt) + max_new_tokens + k), pair.target_codec, t_prompt)
+    if drafting:
+        d_prompt = pair.draft_prompt(prompt)
+        d_side = Side(Decoder(draft, cache, len(d_prompt) + 2 * (max_new_tokens + k)), pair.draft_codec, d_prompt)
+    else:
+        d_side = t_side
     d_device = head_device(draft) if drafting else device
     # Drafting draws from its own generator on the draft's device (a second stream of the same seed).
     draft_generator = generator if d_device == device else torch.Generator(device=d_device).manual_seed(seed + 1)

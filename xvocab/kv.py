@@ -44,17 +44,35 @@ def check_rollback(model) -> None:
 KEEP_ROWS = 16  # recent positions whose logits a Decoder keeps (a draft rolls back at most a few tokens)
 
 
-class Decoder:
-    def __init__(self, model):
-        from transformers import DynamicCache
+CACHES = ("dynamic", "static")
 
+
+class Decoder:
+    """See the module docstring. `cache` is where the states live:
+
+    * "dynamic" (transformers' DynamicCache): tensors grow with each forward; the reference path.
+    * "static": one pre-allocated [1, heads, capacity, head_dim] buffer per layer and side, written in place;
+      rolling back is a length (the states past it are overwritten by the next forward and never attended
+      to meanwhile: the causal mask covers positions up to the query's own). Fixed shapes and addresses are
+      what CUDA-graph capture needs. `capacity` is the length to allocate; a longer sequence doubles it
+      (a copy, rare: the engine sizes it from the prompt and max_new_tokens).
+
+    Both keep every layer's states, sliding-window layers (Gemma 3) included, and apply the window through
+    the attention mask: transformers' sliding layers discard states past the window, and rolling back
+    across the window boundary then loses a state (seen with transformers 5.24: a 512-window cache cropped
+    after a forward that crossed it kept 509).
+    """
+
+    def __init__(self, model, cache: str = "dynamic", capacity: int | None = None):
         check_rollback(model)
+        if cache not in CACHES:
+            raise ValueError(f"cache={cache!r}; choose one of {', '.join(CACHES)}")
         self.model = model
-        # No config: every layer keeps all its states, sliding-window layers (Gemma 3) included; the
-        # window is applied by the attention mask. transformers' sliding layers discard states past
-        # the window, and rolling back across the window boundary then loses a state (seen with
-        # transformers 5.24: a 512-window cache cropped after a forward that crossed it kept 509).
-        self.cache = DynamicCache()
+        self.kind = cache
+        limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+        self.limit = int(limit) if limit else None
+        self.capacity = 0
+        self.cache = self._new_cache(capacity or 256)
         self.ids: list[int] = []  # the tokens whose states the cache holds
         # Logits [V] after ids[:n], for the recent n whose rows a forward returned: a caller that rolls back
         # to such a prefix (a draft re-synced to shorter text it already read) gets them without a forward.
@@ -62,8 +80,31 @@ class Decoder:
         self.forwards = 0         # model calls made
         self.tokens_fed = 0       # positions computed over all calls (prefill included)
         self.device = model.get_input_embeddings().weight.device  # where input ids go (first GPU under a device_map)
-        limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
-        self.limit = int(limit) if limit else None
+
+    def _new_cache(self, capacity: int):
+        from transformers import DynamicCache
+
+        if self.kind == "dynamic":
+            return DynamicCache()  # no config: all layers full (see the class docstring)
+        from transformers.cache_utils import Cache, StaticLayer
+
+        self.capacity = min(capacity, self.limit) if self.limit else capacity
+        config = self.model.config.get_text_config(decoder=True)
+        return Cache(layers=[StaticLayer(max_cache_len=self.capacity) for _ in range(config.num_hidden_layers)])
+
+    def _grow(self, n: int) -> None:
+        """Make a static cache hold at least n positions, keeping the states it holds."""
+        capacity = max(n, 2 * self.capacity)
+        capacity = max(n, min(capacity, self.limit)) if self.limit else capacity
+        for layer in self.cache.layers:
+            if layer.is_initialized:
+                for name in ("keys", "values"):
+                    old = getattr(layer, name)
+                    new = old.new_zeros(old.shape[:2] + (capacity,) + old.shape[3:])
+                    new[:, :, : old.shape[2]] = old
+                    setattr(layer, name, new)
+            layer.max_cache_len = capacity
+        self.capacity = capacity
 
     @property
     def cached(self) -> int:
@@ -85,6 +126,8 @@ class Decoder:
             return self._rows[len(seq)][None]  # every state is held and its row computed: nothing to feed
         # Keep the states shared with `seq`, but feed at least the rows asked for.
         self.crop(min(common, len(seq) - rows))
+        if self.kind == "static" and len(seq) > self.capacity:
+            self._grow(len(seq))
         new = seq[len(self.ids):]
         ids = torch.tensor([new], dtype=torch.long, device=self.device)
         # Only the rows the caller reads get logits: a prompt's prefill would otherwise project every

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import shutil
+import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -99,7 +100,8 @@ def checkpoint_dir(name: str) -> Path:
 
     gguf = _gguf_path(name)
     logging.getLogger("transformers").setLevel(logging.ERROR)
-    print(f"xvocab: de-quantizing {gguf.name} once (about a minute); cached at {final}", flush=True)
+    print(f"xvocab: de-quantizing {gguf.name} once (1-3 minutes on a 2-core CPU); cached at {final}", flush=True)
+    start = time.perf_counter()
     tok_dir = cached_conversion(f"model-{name}", gguf, "gguf")
     with atomic_dir(final) as tmp:
         loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
@@ -112,6 +114,7 @@ def checkpoint_dir(name: str) -> Path:
         plain.save_pretrained(str(tmp), safe_serialization=True)
         for f in tok_dir.iterdir():
             shutil.copy(f, tmp / f.name)
+    print(f"xvocab: de-quantized {gguf.name} in {time.perf_counter() - start:.0f} s", flush=True)
     return final
 
 

@@ -12,22 +12,29 @@ import torch
 
 
 def tiny_model(tokenizer, *, seed: int = 0, n_layers: int = 2, hidden_size: int = 64,
-               n_heads: int = 4, max_position_embeddings: int = 4096, logit_scale: float = 8.0):
+               n_heads: int = 4, max_position_embeddings: int = 4096, logit_scale: float = 8.0,
+               sliding_window: int | None = None):
     """A deterministic random LlamaForCausalLM with `len(tokenizer)` output logits.
 
     `logit_scale` multiplies the output head so that next-token distributions are
     peaked enough for greedy runs to be stable and for drafts to be accepted often.
+    `sliding_window` set: a Gemma3ForCausalLM instead, its layers alternating sliding-window
+    (that many positions) and full attention, as Gemma 3's do.
     """
-    from transformers import LlamaConfig, LlamaForCausalLM
+    kw = dict(vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=hidden_size * 2,
+              num_hidden_layers=n_layers, num_attention_heads=n_heads, num_key_value_heads=n_heads,
+              max_position_embeddings=max_position_embeddings, tie_word_embeddings=False,
+              bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+              pad_token_id=tokenizer.pad_token_id)
+    if sliding_window is None:
+        from transformers import LlamaConfig as Config, LlamaForCausalLM as Model
+    else:
+        from transformers import Gemma3ForCausalLM as Model, Gemma3TextConfig as Config
 
-    vocab = len(tokenizer)
-    config = LlamaConfig(vocab_size=vocab, hidden_size=hidden_size, intermediate_size=hidden_size * 2,
-                         num_hidden_layers=n_layers, num_attention_heads=n_heads, num_key_value_heads=n_heads,
-                         max_position_embeddings=max_position_embeddings, tie_word_embeddings=False,
-                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                         pad_token_id=tokenizer.pad_token_id)
+        kw |= dict(sliding_window=sliding_window, head_dim=hidden_size // n_heads,
+                   layer_types=["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n_layers)])
     with torch.device("cpu"):
-        net = LlamaForCausalLM(config)
+        net = Model(Config(**kw))
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for _, param in sorted(net.named_parameters()):
