@@ -56,7 +56,7 @@ CONTROL_PAIR = ("llama-spm", "mistral-v7")
 # The default slice (slrs by default: test_slrs_is_exact_where_psi_sums_several_draft_tokens, a real pair steered
 # so that psi differs from q).
 DEFAULT = {("slem", "starcoder<-refact", "T1-top_k3"), ("tli", "llama-spm<-gpt-2", "T0.7-top_p0.95"),
-           ("sd", "gpt-2+96/+0", "T0.7-top_p0.95")}
+           ("sd", "gpt-2+96/+0", "T1-top_k3")}
 
 
 def _leaky(draft, seed=7, noise=0.3):

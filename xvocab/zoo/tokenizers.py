@@ -109,6 +109,13 @@ def zoo_tokenizer(name: str):
     return _load_cached(f"{name}-{PACKAGES[spec.package].version}", spec.kind, name)
 
 
+def timed_load(name: str) -> tuple[str, int, float]:
+    """(name, ids, seconds) of converting (the first time) and loading zoo tokenizer `name`; a module-level
+    function so that `python -m xvocab.zoo fetch` can run it in worker processes."""
+    start = time.perf_counter()
+    return name, len(zoo_tokenizer(name)), time.perf_counter() - start
+
+
 @lru_cache(maxsize=None)
 def _load_cached(key: str, kind: str, name: str):
     directory = cache_dir() / "tokenizers" / f"{key}-v{CONVERTER_VERSION}"
