@@ -283,3 +283,27 @@ def test_sampling_check_statistic_separates_same_from_different():
     p_same, tv_same = compare(base(), base())
     p_diff, tv_diff = compare(base(), shifted)
     assert p_same > ALPHA and p_diff < ALPHA and tv_diff > tv_same
+
+
+def test_expected_acceptance_tells_a_mirror_from_a_stranger():
+    """alpha_i = sum min(p, q_TLI) is a probability, 1 wherever greedy argmaxes agree, and far higher for a draft
+    that mirrors the target than for an unrelated one (the control that it measures something)."""
+    from statistics import fmean
+
+    from experiments.expected_acceptance import expected_acceptance
+    from xvocab import zoo
+    from xvocab.sampling import SamplingParams
+    from xvocab.zoo.tiny import mirror_model
+
+    tt, dt = zoo.tokenizer("starcoder"), zoo.tokenizer("refact")
+    target = zoo.tiny_model(tt, seed=1)
+    mirror, stranger = mirror_model(target, tt, dt), mirror_model(zoo.tiny_model(tt, seed=5), tt, dt)
+    for params in (SamplingParams(0.0), SamplingParams(1.0, top_k=20)):
+        a = expected_acceptance("def fibonacci(n):", (target, tt, mirror, dt), params, 12, seed=0)
+        b = expected_acceptance("def fibonacci(n):", (target, tt, stranger, dt), params, 12, seed=0)
+        assert a["tokens"] == b["tokens"]  # the same target continuation is scored for both drafts
+        kept_a, kept_b = ([x for x in r["alphas"] if x is not None] for r in (a, b))
+        assert kept_a and all(0 <= x <= 1 + 1e-6 for x in kept_a + kept_b)
+        if params.greedy:
+            assert set(kept_a) | set(kept_b) <= {0.0, 1.0}
+        assert fmean(kept_a) > fmean(kept_b) + 0.3, (params, fmean(kept_a), fmean(kept_b))

@@ -1,0 +1,104 @@
+"""`python -m experiments.expected_acceptance --pair TARGET DRAFT`: what a drafter's distribution is worth.
+
+Along the target's own continuation of each prompt (greedy at T = 0, else sampled at --temperature with
+seed = the prompt's index), the expected acceptance of a one-token TLI proposal at every target position:
+
+    alpha_i = sum_x min(p_i(x), q_i(x))
+
+p_i the target's processed distribution after the first i tokens, q_i the draft's distribution after the
+same text (encoded as the engine's draft side encodes it: native or target-aligned), restricted to the
+byte-exact intersection, renormalized and written over target ids: exactly what TLI proposes
+(xvocab.alignment.tables). Its mean is the acceptance rate of the first drafted position, the quantity a
+drafter trained for sampling is after (issue 15); compare it with the engine's measured per-position
+acceptance (experiments.report's `per_position`, first entry). At T = 0, alpha_i is 1 where the two
+argmaxes agree and 0 elsewhere. Positions whose prefix ends inside a UTF-8 character are skipped (the draft
+side reads text). Writes one JSON record per prompt to OUT/records.jsonl and prints the means.
+
+    python -m experiments.expected_acceptance --pair gemma-3-270m gemma-3-270m-drafter-deepseek-coder-aligned \\
+        --prompts 20 --max-new-tokens 64 --temperature 1
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+import xvocab
+from experiments import datasets
+from experiments.runner import load_pair
+from xvocab import defaults, records
+from xvocab.kv import Decoder
+from xvocab.pair import output_vocab, prepare
+from xvocab.sampling import SamplingParams, logits_to_probs
+
+
+@torch.inference_mode()
+def expected_acceptance(prompt: str, models, params: SamplingParams, max_new_tokens: int, seed: int) -> dict:
+    """{tokens, alphas}: the target's continuation and alpha_i at each of its positions (None: skipped)."""
+    target, tt, draft, dt = models
+    pair = prepare(target, tt, draft, dt)
+    tli, vocab = pair.tables.tli, output_vocab(target)
+    out = xvocab.generate(prompt, target=target, target_tokenizer=tt, algorithm="ar", max_new_tokens=max_new_tokens,
+                          temperature=params.temperature, top_k=params.top_k, top_p=params.top_p, seed=seed)
+    t_dec, d_dec = Decoder(target), Decoder(draft)
+    t_prompt, d_prompt = pair.target_prompt(prompt), pair.draft_prompt(prompt)
+    spelled = pair.target_codec.token_bytes
+    alphas, done = [], b""
+    for i, token in enumerate(out.token_ids):
+        try:
+            text = done.decode("utf-8")
+        except UnicodeDecodeError:  # the prefix ends inside a character: no text for the draft to read
+            text = None
+        if text is None:
+            alphas.append(None)
+        else:
+            p = logits_to_probs(t_dec.step(t_prompt + out.token_ids[:i])[-1], params)            # [V_target]
+            d_ids = d_prompt + (pair.draft_codec.encode_continuation(text) if text else [])
+            q = logits_to_probs(tli.restrict(d_dec.step(d_ids)[-1]), params)                      # [V_draft]
+            alphas.append(float(torch.minimum(p, tli.push(q, vocab).to(p.device)).sum()))
+        done += spelled[token] or b""
+    return {"tokens": out.token_ids, "alphas": alphas}
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(prog="python -m experiments.expected_acceptance", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pair", nargs=2, default=[defaults.TARGET, defaults.DRAFT], metavar=("TARGET", "DRAFT"))
+    parser.add_argument("--dataset", default="humaneval")
+    parser.add_argument("--prompts", type=int, default=20)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--temperature", type=float, default=defaults.TEMPERATURE)
+    parser.add_argument("--top-k", type=int, default=defaults.TOP_K)
+    parser.add_argument("--top-p", type=float, default=defaults.TOP_P)
+    parser.add_argument("--threads", type=int, default=defaults.THREADS)
+    parser.add_argument("--out", type=Path, default=Path("runs/acceptance"))
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    models = load_pair(args.pair[0], args.pair[1], "float32", "cpu", None)
+    params = SamplingParams(args.temperature, args.top_k, args.top_p)
+    rows, env = [], records.environment()
+    for index, row in enumerate(tqdm(datasets.load(args.dataset, args.prompts), desc="prompts", unit="prompt")):
+        result = expected_acceptance(row["prompt"], models, params, args.max_new_tokens, seed=index)
+        kept = [a for a in result["alphas"] if a is not None]
+        rec = {"target": args.pair[0], "draft": args.pair[1], "dataset": args.dataset, "prompt_id": row["id"],
+               "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p,
+               "max_new_tokens": args.max_new_tokens, "alpha_mean": statistics.fmean(kept) if kept else None,
+               "positions": len(kept), **result, **env}
+        records.append(args.out / "records.jsonl", rec)
+        rows.append(rec)
+    alphas = [a for r in rows for a in r["alphas"] if a is not None]
+    means = [r["alpha_mean"] for r in rows if r["alpha_mean"] is not None]
+    if not alphas:
+        raise SystemExit("no position could be scored (every prefix ended inside a UTF-8 character?)")
+    print(f"{args.pair[0]} <- {args.pair[1]}, T={args.temperature}: expected first-position TLI acceptance "
+          f"{statistics.fmean(alphas):.3f} over {len(alphas)} positions of {len(rows)} prompts "
+          f"(per prompt {min(means):.2f}-{max(means):.2f}); "
+          f"records: {args.out / 'records.jsonl'}; {records.cpu_name()}")
+    return rows
+
+
+if __name__ == "__main__":
+    main()
