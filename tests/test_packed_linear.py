@@ -67,3 +67,18 @@ def test_decoder_logits_match_the_stock_layers_and_greedy_equals(monkeypatch):
     monkeypatch.delenv("XVOCAB_PACKED")
     out = generate("def fibonacci(n):", target=model, target_tokenizer=tok, algorithm="ar", max_new_tokens=16)
     assert out.token_ids == ref.token_ids
+
+
+def test_a_replaced_head_is_packed_and_the_old_one_let_go():
+    tok = xvocab.zoo.tokenizer("gpt-2")
+    model = xvocab.zoo.tiny_model(tok, seed=3)
+    ids = tok.encode("def fibonacci(n):")
+    kv.Decoder(model).step(ids)
+    old = model.get_output_embeddings()
+    model.resize_token_embeddings(len(tok) + 64, mean_resizing=False)  # a new lm_head module
+    packed = kv.Decoder(model).step(ids, [11])
+    assert any(m is model.get_output_embeddings() for m, _ in _LAYERS[model])
+    assert all(m is not old for m, _ in _LAYERS[model])
+    with torch.inference_mode():
+        stock = model(torch.tensor([ids + [11]])).logits[0, -2:]
+    torch.testing.assert_close(packed, stock, rtol=1e-5, atol=1e-4)

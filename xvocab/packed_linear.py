@@ -88,7 +88,9 @@ def packed_linears(model):
         yield
         return
     layers = _LAYERS.get(model)
-    if layers is None:
+    head = getattr(model, "get_output_embeddings", lambda: None)()
+    if layers is None or (head is not None and _eligible(head) and all(m is not head for m, _ in layers)):
+        # first use, or a layer was replaced since (resize_token_embeddings makes a new head): list them anew
         layers = _LAYERS[model] = [(m, _Packed(m)) for m in model.modules() if _eligible(m)]
     active = [(m, p) for m, p in layers if _eligible(m) and "forward" not in vars(m)]
     for m, p in active:
