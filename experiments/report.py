@@ -121,8 +121,8 @@ REFERENCE_COLUMNS = ("ref_speedup", "ref_tau", "ref_cpu")
 
 
 def add_reference(rows: list[dict], reference: list[dict]) -> bool:
-    """Put beside each row the reference row of the same measurement (same machine preferred, then the one
-    over the most prompts); True if any matched."""
+    """Put beside each row the reference row of the same measurement (the same machine preferred, then the
+    same kernels, then the one over the most prompts); True if any matched."""
     by = defaultdict(list)
     for ref in reference:
         by[tuple(ref[f] for f in REFERENCE_MATCH)].append(ref)
@@ -130,7 +130,7 @@ def add_reference(rows: list[dict], reference: list[dict]) -> bool:
     for r in rows:
         candidates = by.get(tuple(r[f] for f in REFERENCE_MATCH))
         if candidates:
-            best = max(candidates, key=lambda c: (c["cpu"] == r["cpu"], c["prompts"]))
+            best = max(candidates, key=lambda c: (c["cpu"] == r["cpu"], c["kernels"] == r["kernels"], c["prompts"]))
             r.update(ref_speedup=best["speedup"], ref_tau=best["tau"], ref_cpu=best["cpu"] or "not recorded")
             matched = True
     return matched
@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     out = args.results_dirs[0]
     head = provenance(args.results_dirs, recs)
     if args.reference is not None:
-        head += f"\nref_* columns: the reference records in {args.reference / 'records.jsonl'}, measured elsewhere"
+        head += f"\nref_* columns: the reference records in {args.reference / 'records.jsonl'} (ref_cpu: measured on)"
     print(head + "\n")
     records.write_atomic(out / "report.md", to_markdown(rows, columns) + "\n")
     records.write_atomic(out / "report.csv", to_csv(rows, columns + (("bound_paper",) if "bound" in columns else ())))
