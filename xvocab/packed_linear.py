@@ -69,8 +69,8 @@ class _Packed:
         layer = self.layer()
         if self.broken or x.dtype != torch.float32 or x.device.type != "cpu" or torch.is_grad_enabled():
             return torch.nn.functional.linear(x, layer.weight, layer.bias)
-        key = (_key(layer.weight), _key(layer.bias))
         try:
+            key = (_key(layer.weight), _key(layer.bias))  # (weights made under inference_mode have no version)
             if key != self.key:  # first use, or the layer changed since it was packed
                 self.weight = _OPS._reorder_linear_weight(layer.weight.detach(), BATCH_HINT)
                 self.key = key
