@@ -28,15 +28,22 @@ def _reference_logits(model, ids):
         return model(torch.tensor([ids])).logits[0]  # no cache at all: the definition
 
 
-@pytest.mark.parametrize("capacity", [64, 5], ids=["preallocated", "grows"])
-def test_static_rollback_equals_recomputation_across_the_sliding_window(pairs, capacity):
+def _rolled_back(pairs, capacity):
+    """A static decoder of the sliding-window model fed 20 positions (far past the window), then rolled back to 9
+    (inside the history) with 7 others fed: (decoder, ids a, ids b, its rows, the cache-free rows)."""
     target, tt, _, _ = pairs["gemma3-sliding", "gpt-2"]
     gen = torch.Generator().manual_seed(0)
     a, b = (torch.randint(10, len(tt), (24,), generator=gen).tolist() for _ in range(2))
     static = kv.Decoder(target, "static", capacity)
-    static.step(a[:20])                                  # 20 positions: far past the window
-    rows = static.step(a[:9], b[:7])                     # roll back to 9 (inside the history), feed 7 others
-    want = _reference_logits(target, a[:9] + b[:7])[-8:]
+    static.step(a[:20])
+    rows = static.step(a[:9], b[:7])
+    return static, a, b, rows, _reference_logits(target, a[:9] + b[:7])[-8:]
+
+
+@pytest.mark.parametrize("capacity", [64, 5], ids=["preallocated", "grows"])
+def test_static_rollback_equals_recomputation_across_the_sliding_window(pairs, capacity):
+    target = pairs["gemma3-sliding", "gpt-2"][0]
+    static, a, b, rows, want = _rolled_back(pairs, capacity)
     torch.testing.assert_close(rows, want, rtol=1e-4, atol=1e-4)
     rows = static.step(a[:9] + b[:7], a[16:24])          # and forward again past the old length
     want = _reference_logits(target, a[:9] + b[:7] + a[16:24])[-9:]
@@ -86,10 +93,5 @@ def test_the_rollback_check_catches_a_cache_that_does_not_roll_back(pairs, monke
     from transformers.cache_utils import StaticLayer
 
     monkeypatch.setattr(StaticLayer, "crop", lambda self, n: None)
-    target, tt, _, _ = pairs["gemma3-sliding", "gpt-2"]
-    gen = torch.Generator().manual_seed(0)
-    a, b = (torch.randint(10, len(tt), (24,), generator=gen).tolist() for _ in range(2))
-    static = kv.Decoder(target, "static", 64)
-    static.step(a[:20])
-    rows = static.step(a[:9], b[:7])
-    assert not torch.allclose(rows, _reference_logits(target, a[:9] + b[:7])[-8:], rtol=1e-4, atol=1e-4)
+    _, _, _, rows, want = _rolled_back(pairs, 64)
+    assert not torch.allclose(rows, want, rtol=1e-4, atol=1e-4)

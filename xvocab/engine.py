@@ -40,7 +40,7 @@ class Output:
     stats: Stats
 
 
-def _validate(prompt, target_tokenizer, draft, draft_tokenizer, algorithm, k, max_new_tokens, target):
+def _validate(prompt, target_tokenizer, draft, draft_tokenizer, algorithm, k, max_new_tokens):
     if not isinstance(prompt, str) or not prompt:
         raise ConfigError("the prompt is empty; pass the text to continue")
     if algorithm not in DRAFTERS:
@@ -56,8 +56,10 @@ def _validate(prompt, target_tokenizer, draft, draft_tokenizer, algorithm, k, ma
     if algorithm == "sd" and not same_vocabulary(target_tokenizer, draft_tokenizer):
         raise VocabularyMismatchError("algorithm 'sd' needs one shared vocabulary but the tokenizers differ; "
                                       "use 'slem', 'tli' or 'slrs' for heterogeneous vocabularies")
+
+
+def _check_context(target, n_prompt: int, max_new_tokens: int) -> None:
     limit = getattr(target.config, "max_position_embeddings", None)
-    n_prompt = len(prompt_ids(target_tokenizer, prompt))
     if limit is not None and n_prompt + max_new_tokens > limit:
         raise ConfigError(f"the prompt ({n_prompt} target tokens) plus max_new_tokens={max_new_tokens} exceeds the "
                           f"target's context of {limit}; shorten the prompt or lower max_new_tokens")
@@ -87,13 +89,14 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
     if not 0 <= draft_confidence <= 1:
         raise ConfigError(f"draft_confidence={draft_confidence} is outside [0, 1]; use 0 to always draft k tokens")
     params = SamplingParams(temperature, top_k, top_p)
-    _validate(prompt, target_tokenizer, draft, draft_tokenizer, algorithm, k, max_new_tokens, target)
+    _validate(prompt, target_tokenizer, draft, draft_tokenizer, algorithm, k, max_new_tokens)
     wall0 = time.perf_counter()
+    t_prompt = prompt_ids(target_tokenizer, prompt)  # encoded once, for the context check and the decode
+    _check_context(target, len(t_prompt), max_new_tokens)
     drafting = algorithm != "ar"
     pair = prepare(target, target_tokenizer, draft if drafting else None, draft_tokenizer, draft_encoding=draft_encoding)
     device = head_device(target)  # where the target's logits land, and verification runs
     generator = torch.Generator(device=device).manual_seed(seed)
-    t_prompt = pair.target_prompt(prompt)
     # The target never holds more than prompt + max_new_tokens - 1 + k + 1 positions; a draft's text can take
     # more tokens than the target's (a static cache grows if it must).
     t_side = Side(Decoder(target, cache, len(t_prompt) + max_new_tokens + k), pair.target_codec, t_prompt)

@@ -94,8 +94,7 @@ class Decoder:
 
     def _grow(self, n: int) -> None:
         """Make a static cache hold at least n positions, keeping the states it holds."""
-        capacity = max(n, 2 * self.capacity)
-        capacity = max(n, min(capacity, self.limit)) if self.limit else capacity
+        capacity = max(n, min(2 * self.capacity, self.limit or 2 * self.capacity))  # doubled, within the context
         for layer in self.cache.layers:
             if layer.is_initialized:
                 for name in ("keys", "values"):
