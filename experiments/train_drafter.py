@@ -21,6 +21,8 @@ from experiments.runner import load_model, load_tokenizer, resolve_device
 from xvocab import zoo
 from xvocab.drafter import code_prompts, generate_teacher_text
 from xvocab.drafter.teacher import length_buckets
+from xvocab.drafter.train import has_amx
+from xvocab.packed_linear import packed_linears
 from xvocab.errors import ConfigError
 
 CONF = str(Path(__file__).resolve().parent.parent / "conf")
@@ -33,12 +35,15 @@ def teacher_stage(cfg: DictConfig, device: str) -> Path:
     prompts = code_prompts(seed=cfg.seed, exclude_names=entry_points, max_chars=t.max_prompt_chars)
     # Bucketed before the cut, so a smaller n_prompts gives the same first batches (a prefix of the shards).
     prompts = length_buckets(prompts, window=8 * t.batch_size)[:t.n_prompts]  # less padding per batch
-    target, tokenizer = load_model(cfg.target, t.dtype, device, None)
+    dtype = t.dtype if t.dtype != "auto" else ("bfloat16" if device.startswith("cuda") or has_amx() else "float32")
+    target, tokenizer = load_model(cfg.target, dtype, device, None)
     meta = {"target": cfg.target, "prompts": "python-stdlib", "python": platform.python_version(),
-            "max_prompt_chars": t.max_prompt_chars, "dtype": t.dtype, "order": "length-bucketed x8"}
-    return generate_teacher_text(target, tokenizer, prompts, Path(cfg.work_dir) / "teacher", batch_size=t.batch_size,
-                                 max_new_tokens=t.max_new_tokens, sample_fraction=t.sample_fraction,
-                                 temperature=t.temperature, seed=cfg.seed, meta=meta, time_budget_s=t.time_budget_s)
+            "max_prompt_chars": t.max_prompt_chars, "dtype": dtype, "order": "length-bucketed x8"}
+    with packed_linears(target):  # float32 on a CPU: oneDNN-packed weights, 1.5x faster steps (xvocab.packed_linear)
+        return generate_teacher_text(target, tokenizer, prompts, Path(cfg.work_dir) / "teacher",
+                                     batch_size=t.batch_size, max_new_tokens=t.max_new_tokens,
+                                     sample_fraction=t.sample_fraction, temperature=t.temperature, seed=cfg.seed,
+                                     meta=meta, time_budget_s=t.time_budget_s, top_k=t.top_k)
 
 
 def student_stage(cfg: DictConfig, device: str, command: str) -> Path:

@@ -13,6 +13,7 @@ from xvocab.drafter.student import (StudentShape, batch_rows, build_student, enc
                                     train_student)
 from xvocab.drafter.teacher import continue_batch
 from xvocab.errors import ConfigError
+from xvocab.roles import prompt_ids
 
 
 def test_prompts_are_humaneval_style_deterministic_and_exclude_the_evaluation_set():
@@ -43,11 +44,33 @@ def tiny_target():
 def test_batched_teacher_greedy_equals_the_targets_own_decoding(tiny_target):
     target, tok = tiny_target
     prompts = ["def add(a, b):\n    return", "x", "import os\n\n\ndef walk(path):\n    \"\"\"List files.\"\"\"\n"]
-    texts, n = continue_batch(target, tok, prompts, max_new_tokens=12, temperature=0.0,
-                              generator=torch.Generator().manual_seed(0))
-    assert n == 36
+    texts, n, dists = continue_batch(target, tok, prompts, max_new_tokens=12, temperature=0.0,
+                                     generator=torch.Generator().manual_seed(0))
+    assert n == 36 and dists is None
     for prompt, text in zip(prompts, texts):  # left padding changes nothing: each row is its prompt alone
         assert text == generate(prompt, target=target, target_tokenizer=tok, algorithm="ar", max_new_tokens=12).text
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_teacher_distributions_are_the_targets_own_at_each_generated_position(tiny_target, temperature):
+    """The recorded top-k log-probabilities equal a cache-free forward over prompt + generated ids, the
+    recorded ids spell the text, and greedy rows' top-1 is the emitted id (sampled rows' need not be)."""
+    target, tok = tiny_target
+    prompts = ["def add(a, b):\n    return", "x"]
+    texts, _, dists = continue_batch(target, tok, prompts, max_new_tokens=10, temperature=temperature,
+                                     generator=torch.Generator().manual_seed(1), top_k=5)
+    for prompt, text, dist in zip(prompts, texts, dists):
+        ids = dist["ids"].long()
+        assert tok.decode(ids.tolist(), skip_special_tokens=True) == text
+        assert dist["top_ids"].shape == dist["top_logp"].shape == (len(ids), 5)
+        context = torch.tensor([prompt_ids(tok, prompt) + ids.tolist()])
+        with torch.no_grad():
+            logp = torch.log_softmax(target(context).logits[0, -len(ids) - 1:-1].float(), -1)   # [n, V]
+        expect_logp, expect_ids = logp.topk(5, dim=-1)
+        assert torch.equal(dist["top_ids"].long()[:, 0], expect_ids[:, 0])
+        torch.testing.assert_close(dist["top_logp"].float(), expect_logp, atol=2e-2, rtol=1e-2)  # float16 storage
+        if temperature == 0:
+            assert torch.equal(dist["top_ids"][:, 0].long(), ids)
 
 
 def test_teacher_shards_resume_and_refuse_other_settings(tiny_target, tmp_path):
@@ -95,7 +118,7 @@ def test_training_learns_and_resumes_bit_exactly(tmp_path):
 def test_batches_mix_raw_text_at_the_configured_rate():
     gen = torch.Generator().manual_seed(0)
     teacher, raw = [[1, 2, 3]], [[1, 9, 9, 9]]
-    ids, mask, labels = batch_rows(teacher, raw, batch_size=400, raw_fraction=0.25, generator=gen, pad_id=0)
+    ids, mask, labels, _ = batch_rows(teacher, raw, batch_size=400, raw_fraction=0.25, generator=gen, pad_id=0)
     share = float((ids[:, 1] == 9).float().mean())
     assert 0.18 < share < 0.32  # binomial(400, 0.25): 4.5 standard deviations either side
     assert (labels[mask == 0] == -100).all() and (labels[mask == 1] == ids[mask == 1]).all()
@@ -151,6 +174,24 @@ def test_train_drafter_command_end_to_end_on_a_tiny_target(tmp_path):
     draft, tok = zoo.model(str(out), device="cpu")
     assert draft.config.vocab_size == len(tok) and draft.config.xvocab_tokenizer == "deepseek-coder"
     assert draft.config.xvocab_draft_encoding == "aligned"  # the engine drafts the way the student learned
+    # Logit-level distillation from the recorded distributions, continuing the drafter just made.
+    out2 = tmp_path / "distilled"
+    distill = [a.replace(f"out_dir={out}", f"out_dir={out2}").replace("name=tiny-drafter", "name=tiny-distilled")
+               for a in cmd] + ["stage=student", f"student.init_from={out}", "student.distill_weight=0.5",
+                                "student.distill_loss=tv"]
+    proc = subprocess.run(distill, cwd=root, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    record = json.loads((out2 / "xvocab_training.json").read_text())
+    assert record["init_from"] == str(out) and record["distill"]["loss"] == "tv"
+    assert 0 <= record["distill"]["teacher_rest_mass"] < 1 and 0 <= record["final_val_tv"] <= 1
+    log = [json.loads(line) for line in (out2 / "train_log.jsonl").read_text().splitlines()]
+    assert log[0]["step"] == 0 and "val_tv" in log[0] and "val_fkl" in log[-1]   # where it started, where it ended
+    assert "logit level" in (out2 / "README.md").read_text()
+    # Distilling from teacher text recorded without distributions is refused with the fix.
+    bare = [a.replace(f"work_dir={tmp_path / 'work'}", f"work_dir={tmp_path / 'bare'}") for a in distill
+            if a != "stage=student"]
+    proc = subprocess.run(bare + ["teacher.top_k=0"], cwd=root, capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0 and "teacher.top_k > 0" in proc.stderr
 
 
 @pytest.mark.slow
@@ -178,7 +219,7 @@ def test_micro_batches_give_the_whole_batch_gradient():
 
     tok = zoo.tokenizer("deepseek-coder")
     docs = encode_documents(tok, ["x = 1\n" * n for n in (1, 3, 9, 27, 2, 5)], 64)
-    ids, mask, labels = batch_rows(docs, [], batch_size=6, raw_fraction=0.0, generator=torch.Generator().manual_seed(0),
+    ids, mask, labels, _ = batch_rows(docs, [], batch_size=6, raw_fraction=0.0, generator=torch.Generator().manual_seed(0),
                                    pad_id=tok.eos_token_id)
     grads, losses = [], []
     for micro in (1, 3):

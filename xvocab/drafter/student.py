@@ -4,7 +4,8 @@ What it is: `build_student(tokenizer, shape)` makes a LlamaForCausalLM whose voc
 tokenizer's (tied input/output embeddings, so a 32k vocabulary at width 256 is 8M of its
 parameters). Why Llama: every runtime loads it, and its cost is what the shape says.
 
-How it learns: next-token cross-entropy on documents, one document per row (BOS first, as
+How it learns: next-token cross-entropy on documents, optionally mixed with a divergence to the target's
+recorded distributions (logit-level distillation, xvocab.drafter.distill; `Distill`), one document per row (BOS first, as
 `xvocab.roles.prompt_ids` encodes prompts, right-padded, padding masked out of the loss), so
 training sees each document exactly as drafting will: from position 0 after BOS. Rows come from
 the teacher text with probability 1 - raw_fraction, else from raw code pieces.
@@ -29,6 +30,7 @@ from tqdm.auto import tqdm
 
 from xvocab.alignment.aligned import CONFIG_KEY as ENCODING_KEY
 from xvocab.alignment.aligned import DEFAULT_ENCODING
+from xvocab.drafter.distill import KINDS, divergence
 from xvocab.roles import prompt_ids
 from xvocab.errors import ConfigError
 
@@ -67,14 +69,18 @@ def encode_documents(tokenizer, texts: list[str], max_len: int, aligned=None) ->
 
 
 def batch_rows(teacher_docs: list[list[int]], raw_docs: list[list[int]], *, batch_size: int, raw_fraction: float,
-               generator: torch.Generator, pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(input_ids, attention_mask, labels), each [batch_size, longest row]: one document per row."""
-    rows = []
+               generator: torch.Generator, pad_id: int, teacher_soft: list[dict | None] | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[dict | None]]:
+    """(input_ids, attention_mask, labels), each [batch_size, longest row], one document per row, and each
+    row's soft targets (`teacher_soft[i]` for teacher document i, see xvocab.drafter.distill; None for raw)."""
+    rows, soft = [], []
     for _ in range(batch_size):
         use_raw = raw_docs and float(torch.rand((), generator=generator)) < raw_fraction
         pool = raw_docs if use_raw else teacher_docs
-        rows.append(pool[int(torch.randint(len(pool), (), generator=generator))])
-    return pad_rows(rows, pad_id)
+        i = int(torch.randint(len(pool), (), generator=generator))
+        rows.append(pool[i])
+        soft.append(None if use_raw or teacher_soft is None else teacher_soft[i])
+    return (*pad_rows(rows, pad_id), soft)
 
 
 def pad_rows(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -116,29 +122,82 @@ def evaluate(model, docs: list[list[int]], *, pad_id: int, batch_size: int, auto
     return total / max(count, 1)
 
 
-def _accumulate(model, ids, mask, labels, device, autocast: bool, micro_batches: int) -> torch.Tensor:
-    """Backward the batch's mean token loss in `micro_batches` pieces of similar length (less padding).
+@dataclass(frozen=True)
+class Distill:
+    """The logit-level part of the objective: (1 - weight) * next-token loss + weight * `loss` (xvocab.drafter.distill)."""
+    weight: float = 0.0
+    loss: str = "fkl"
+
+
+def _piece_loss(model, ids, mask, labels, soft, autocast: bool, distill: Distill, n_tokens: int,
+                n_soft: int) -> torch.Tensor:
+    """One micro-batch's share of the step's objective (next-token mean over `n_tokens`, divergence over `n_soft`)."""
+    if not distill.weight or not n_soft:
+        n = int((labels[:, 1:] != IGNORE).sum())
+        return _loss(model, ids, mask, labels, autocast) * (n / n_tokens)
+    with torch.autocast(device_type=ids.device.type, dtype=torch.bfloat16, enabled=autocast):
+        logits = model(input_ids=ids, attention_mask=mask).logits
+    logq = torch.log_softmax(logits.float(), dim=-1)                                 # [b, T, V]
+    ce = torch.nn.functional.nll_loss(logq[:, :-1].flatten(0, 1), labels[:, 1:].flatten(), ignore_index=IGNORE,
+                                      reduction="sum")
+    d_sum = torch.zeros((), device=ids.device)
+    for b, s in enumerate(soft):
+        if s is not None and len(s["rows"]):
+            d_sum = d_sum + divergence(logq[b, s["rows"].to(ids.device)], s["ids"].to(ids.device),
+                                       s["p"].to(ids.device), distill.loss).sum()
+    return (1 - distill.weight) * ce / n_tokens + distill.weight * d_sum / n_soft
+
+
+def _accumulate(model, ids, mask, labels, device, autocast: bool, micro_batches: int,
+                soft: list[dict | None] | None = None, distill: Distill = Distill()) -> torch.Tensor:
+    """Backward the batch's objective in `micro_batches` pieces of similar length (less padding).
 
     Rows are sorted by length and cut into contiguous pieces, each trimmed to its longest row;
-    each piece's mean loss is weighted by its share of the batch's predicted tokens, so the
-    gradient is that of the whole batch's mean (up to float reassociation).
+    each piece's losses are sums divided by the whole batch's counts (predicted tokens; soft-target
+    positions), so the gradient is that of the whole batch (up to float reassociation).
     """
+    soft = soft if soft is not None else [None] * len(ids)
     lengths = mask.sum(-1)                                                    # [B]
     order = torch.argsort(lengths, descending=True, stable=True)
     total = int((labels[:, 1:] != IGNORE).sum())
+    n_soft = sum(len(s["rows"]) for s in soft if s is not None)
     loss_sum = torch.zeros((), device=device)
     for piece in torch.tensor_split(order, micro_batches):
         if len(piece) == 0:
             continue
         width = int(lengths[piece].max())
         p_ids, p_mask, p_labels = (t[piece, :width].to(device) for t in (ids, mask, labels))
-        n = int((p_labels[:, 1:] != IGNORE).sum())
-        if n == 0:
+        p_soft = [soft[i] for i in piece.tolist()]
+        if int((p_labels[:, 1:] != IGNORE).sum()) == 0:
             continue
-        loss = _loss(model, p_ids, p_mask, p_labels, autocast) * (n / total)
+        loss = _piece_loss(model, p_ids, p_mask, p_labels, p_soft, autocast, distill, total, n_soft)
         loss.backward()
         loss_sum += loss.detach()
     return loss_sum
+
+
+@torch.no_grad()
+def evaluate_distill(model, docs: list[list[int]], soft: list[dict], *, pad_id: int, batch_size: int,
+                     autocast: bool) -> dict:
+    """Mean forward KL and total variation to the teacher's recorded distributions over held-out documents.
+    1 - tv is the coarsened per-position acceptance rate of speculative sampling (xvocab.drafter.distill)."""
+    model.eval()
+    device = next(model.parameters()).device
+    sums, count = {kind: 0.0 for kind in KINDS}, 0
+    for start in range(0, len(docs), batch_size):
+        ids, mask, _ = pad_rows(docs[start:start + batch_size], pad_id)
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=autocast):
+            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
+        logq = torch.log_softmax(logits.float(), dim=-1)
+        for b, s in enumerate(soft[start:start + batch_size]):
+            if s is None or not len(s["rows"]):
+                continue
+            for kind in KINDS:
+                sums[kind] += float(divergence(logq[b, s["rows"].to(device)], s["ids"].to(device),
+                                               s["p"].to(device), kind).sum())
+            count += len(s["rows"])
+    model.train()
+    return {f"val_{kind}": sums[kind] / max(count, 1) for kind in KINDS}
 
 
 def _save_checkpoint(path: Path, model, optimizer, progress: dict) -> None:
@@ -150,14 +209,17 @@ def _save_checkpoint(path: Path, model, optimizer, progress: dict) -> None:
 def train_student(model, teacher_docs: list[list[int]], raw_docs: list[list[int]], holdout: list[list[int]],
                   work_dir: str | Path, *, steps: int, batch_size: int, lr: float, min_lr: float, warmup: int,
                   weight_decay: float, raw_fraction: float, checkpoint_every: int, eval_every: int, seed: int,
-                  pad_id: int, autocast: bool, micro_batches: int = 1,
-                  time_budget_s: float | None = None) -> tuple[object, dict]:
+                  pad_id: int, autocast: bool, micro_batches: int = 1, time_budget_s: float | None = None,
+                  teacher_soft: list[dict | None] | None = None, holdout_soft: list[dict | None] | None = None,
+                  distill: Distill = Distill()) -> tuple[object, dict]:
     """Train `model` in place up to `steps`, resuming from `work_dir/checkpoint.pt`.
 
     Returns (model, progress) with progress = {step, tokens, seconds}, totals over every session.
     Appends {step, loss, lr, tokens, seconds, tokens_per_s[, val_loss]} lines to `work_dir/train_log.jsonl`.
     `autocast`: bfloat16 autocast (fast on CPUs with AMX and on GPUs); weights stay float32.
     `micro_batches`: pieces of similar length per step (see `_accumulate`); the update is the same.
+    `teacher_soft`/`holdout_soft`: soft targets of each teacher/held-out document (xvocab.drafter.distill),
+    used with weight `distill.weight`; the held-out divergences are logged as val_fkl and val_tv.
     """
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -174,18 +236,26 @@ def train_student(model, teacher_docs: list[list[int]], raw_docs: list[list[int]
         optimizer.load_state_dict(state["optimizer"])
         progress = {key: state[key] for key in progress}
     step, seconds0 = progress["step"], progress["seconds"]
-    model.train()
     start, tokens = time.perf_counter(), 0
+    if step == 0 and holdout and holdout_soft is not None:  # where a distilling run starts from (init_from)
+        first = {"step": 0, "tokens": 0, "seconds": 0.0,
+                 "val_loss": round(evaluate(model, holdout, pad_id=pad_id, batch_size=batch_size, autocast=autocast), 4),
+                 **{k: round(v, 4) for k, v in evaluate_distill(model, holdout, holdout_soft, pad_id=pad_id,
+                                                                batch_size=batch_size, autocast=autocast).items()}}
+        with open(log_path, "a", encoding="utf-8") as log:
+            log.write(json.dumps(first) + "\n")
+    model.train()
     bar = tqdm(range(step, steps), desc="student", unit="step", initial=step, total=steps)
     with open(log_path, "a", encoding="utf-8") as log:
         for step in bar:
             generator = torch.Generator().manual_seed(seed * 1_000_003 + step)
-            ids, mask, labels = batch_rows(teacher_docs, raw_docs, batch_size=batch_size, raw_fraction=raw_fraction,
-                                           generator=generator, pad_id=pad_id)
+            ids, mask, labels, soft = batch_rows(teacher_docs, raw_docs, batch_size=batch_size,
+                                                 raw_fraction=raw_fraction, generator=generator, pad_id=pad_id,
+                                                 teacher_soft=teacher_soft)
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step, lr=lr, min_lr=min_lr, warmup=warmup, steps=steps)
             optimizer.zero_grad(set_to_none=True)
-            loss = _accumulate(model, ids, mask, labels, device, autocast, micro_batches)
+            loss = _accumulate(model, ids, mask, labels, device, autocast, micro_batches, soft, distill)
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             tokens += int(mask.sum())
@@ -198,6 +268,9 @@ def train_student(model, teacher_docs: list[list[int]], raw_docs: list[list[int]
             if holdout and ((step + 1) % eval_every == 0 or done):
                 entry["val_loss"] = round(evaluate(model, holdout, pad_id=pad_id, batch_size=batch_size,
                                                   autocast=autocast), 4)
+                if holdout_soft is not None:
+                    entry.update({k: round(v, 4) for k, v in evaluate_distill(
+                        model, holdout, holdout_soft, pad_id=pad_id, batch_size=batch_size, autocast=autocast).items()})
             log.write(json.dumps(entry) + "\n")
             log.flush()
             bar.set_postfix(loss=f"{entry['loss']:.3f}", tok_s=f"{entry['tokens_per_s']:.0f}")

@@ -13,10 +13,18 @@ instead of silently mixing data. Sampling draws from one `torch.Generator` per s
 
 Left padding with an explicit attention mask and position ids keeps every row's computation
 that of the prompt alone (up to floating-point reassociation in batched matmuls).
+
+Logit-level distillation (`top_k` > 0): beside each text shard, `shard-{i:05d}.dist.pt` holds, for
+every row, the target ids it generated (`ids`, [n]) and at each generated position the target's own
+distribution at temperature 1 in compact form: its `top_k` most likely ids (`top_ids`, [n, top_k]
+int32) and their log-probabilities (`top_logp`, [n, top_k] float16). The mass outside them,
+1 - sum exp(top_logp), is what the compact form loses (measured and reported by the student stage).
+The distribution file is written before its text shard, so a text shard's presence means both are whole.
 """
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -41,8 +49,9 @@ def _left_pad(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor,
 
 @torch.inference_mode()
 def continue_batch(target, tokenizer, prompts: list[str], *, max_new_tokens: int, temperature: float,
-                   generator: torch.Generator) -> tuple[list[str], int]:
-    """Continuations of `prompts` by `target` (greedy if temperature == 0) and the tokens generated."""
+                   generator: torch.Generator, top_k: int = 0) -> tuple[list[str], int, list[dict] | None]:
+    """Continuations of `prompts` by `target` (greedy if temperature == 0), the tokens generated, and
+    with `top_k` > 0 each row's generated ids and compact distributions (module docstring), else None."""
     from transformers import DynamicCache
 
     device = next(target.parameters()).device
@@ -54,10 +63,14 @@ def continue_batch(target, tokenizer, prompts: list[str], *, max_new_tokens: int
     out = torch.empty((len(prompts), 0), dtype=torch.long, device=device)      # [B, n]
     done = torch.zeros(len(prompts), dtype=torch.bool, device=device)          # [B]
     step_ids, n_generated = ids, 0
+    tops: list[tuple[torch.Tensor, torch.Tensor]] = []                           # per step ([B, k], [B, k])
     for _ in range(max_new_tokens):
         positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, -step_ids.shape[1]:]
         logits = target(input_ids=step_ids, attention_mask=mask, position_ids=positions,
                         cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1].float()  # [B, V]
+        if top_k:
+            logp, top = torch.log_softmax(logits, -1).topk(top_k, dim=-1)            # [B, k] each
+            tops.append((top.to(torch.int32).cpu(), logp.to(torch.float16).cpu()))
         if temperature == 0:
             nxt = logits.argmax(-1)                                                   # [B]
         else:
@@ -70,11 +83,18 @@ def continue_batch(target, tokenizer, prompts: list[str], *, max_new_tokens: int
             break
         step_ids = nxt[:, None]
         mask = torch.cat([mask, (~done | (nxt == eos)).long()[:, None]], dim=1)
-    texts = []
-    for row in out.tolist():
+    texts, dists = [], [] if top_k else None
+    for b, row in enumerate(out.tolist()):
         row = row[:row.index(eos)] if eos in row else row
         texts.append(tokenizer.decode(row, skip_special_tokens=True))
-    return texts, n_generated
+        if top_k:  # the positions of the kept ids (EOS and what follows it are dropped, as from the text)
+            kept = tops[:len(row)]
+            dists.append({"ids": torch.tensor(row, dtype=torch.int32),
+                          "top_ids": torch.stack([t[b] for t, _ in kept]) if kept
+                          else torch.empty((0, top_k), dtype=torch.int32),
+                          "top_logp": torch.stack([lp[b] for _, lp in kept]) if kept
+                          else torch.empty((0, top_k), dtype=torch.float16)})
+    return texts, n_generated, dists
 
 
 def length_buckets(prompts: list[dict], window: int) -> list[dict]:
@@ -85,18 +105,19 @@ def length_buckets(prompts: list[dict], window: int) -> list[dict]:
 
 def generate_teacher_text(target, tokenizer, prompts: list[dict], out_dir: str | Path, *, batch_size: int,
                           max_new_tokens: int, sample_fraction: float, temperature: float, seed: int,
-                          meta: dict, time_budget_s: float | None = None) -> Path:
+                          meta: dict, time_budget_s: float | None = None, top_k: int = 0) -> Path:
     """Continue every prompt ({id, prompt}) with the target; shards under `out_dir`; returns it.
 
     A `sample_fraction` of the batches, spread evenly, are sampled at `temperature`; the rest greedy.
     Shard i always holds the same prompts, so a larger prompt list later only adds shards.
     `meta` (target name, prompt source...) is stored and checked on resume. `time_budget_s`
-    stops cleanly after the shard that crosses it (a later call resumes).
+    stops cleanly after the shard that crosses it (a later call resumes). `top_k` > 0 also records
+    the target's compact distributions (module docstring).
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     meta = dict(meta, batch_size=batch_size, max_new_tokens=max_new_tokens, sample_fraction=sample_fraction,
-                temperature=temperature, seed=seed)
+                temperature=temperature, seed=seed, **({"top_k": top_k} if top_k else {}))
     meta_path = out_dir / "meta.json"
     if meta_path.exists():
         diff = changed_settings(json.loads(meta_path.read_text()), meta)
@@ -113,9 +134,13 @@ def generate_teacher_text(target, tokenizer, prompts: list[dict], out_dir: str |
         sampled = int((i + 1) * sample_fraction) > int(i * sample_fraction)
         temp = temperature if sampled else 0.0
         gen = torch.Generator(device=next(target.parameters()).device).manual_seed(seed * 1_000_003 + i)
-        texts, n = continue_batch(target, tokenizer, [r["prompt"] for r in batches[i]],
-                                  max_new_tokens=max_new_tokens, temperature=temp, generator=gen)
+        texts, n, dists = continue_batch(target, tokenizer, [r["prompt"] for r in batches[i]],
+                                         max_new_tokens=max_new_tokens, temperature=temp, generator=gen, top_k=top_k)
         tokens += n
+        if dists is not None:  # before the text shard, whose presence marks the pair complete
+            tmp = out_dir / f".shard-{i:05d}.dist.pt.tmp"
+            torch.save(dists, tmp)
+            os.replace(tmp, out_dir / f"shard-{i:05d}.dist.pt")
         lines = [json.dumps({"id": r["id"], "prompt": r["prompt"], "completion": t, "temperature": temp})
                  for r, t in zip(batches[i], texts, strict=True)]
         write_atomic(out_dir / f"shard-{i:05d}.jsonl", "\n".join(lines) + "\n")
@@ -127,11 +152,23 @@ def generate_teacher_text(target, tokenizer, prompts: list[dict], out_dir: str |
     return out_dir
 
 
-def read_teacher_text(out_dir: str | Path, max_shards: int | None = None) -> list[dict]:
-    """The rows of every finished shard (of the first `max_shards`, if given), in shard order."""
+def read_teacher_text(out_dir: str | Path, max_shards: int | None = None, distributions: bool = False) -> list[dict]:
+    """The rows of every finished shard (of the first `max_shards`, if given), in shard order.
+
+    With `distributions`, each row also carries its `dist` ({ids, top_ids, top_logp}, module docstring);
+    teacher text recorded without them is refused with the fix."""
     rows = []
     for path in sorted(Path(out_dir).glob("shard-*.jsonl")):
         if max_shards is not None and int(path.stem.split("-")[1]) >= max_shards:
             continue
-        rows += [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+        shard = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+        if distributions:
+            dist_path = path.with_name(path.stem + ".dist.pt")
+            if not dist_path.exists():
+                raise ConfigError(f"{path} has no distributions beside it ({dist_path.name}): the teacher text was "
+                                  f"recorded without teacher.top_k; record it again with teacher.top_k > 0 in "
+                                  f"another work_dir, or train with student.distill_weight=0")
+            for row, dist in zip(shard, torch.load(dist_path, weights_only=True), strict=True):
+                row["dist"] = dist
+        rows += shard
     return rows

@@ -16,10 +16,12 @@ from pathlib import Path
 import torch
 
 from xvocab import records, zoo
-from xvocab.alignment.aligned import AlignedCodec, draft_codec
+from xvocab.alignment.aligned import AlignedCodec, draft_codec, model_encoding
+from xvocab.drafter.distill import KINDS, document, first_piece_map
 from xvocab.drafter.prompts import raw_code
-from xvocab.drafter.student import (StudentShape, build_student, encode_documents, save_student, shape_of,
+from xvocab.drafter.student import (Distill, StudentShape, build_student, encode_documents, save_student, shape_of,
                                     train_student)
+from xvocab.roles import prompt_ids
 from xvocab.drafter.teacher import read_teacher_text
 from xvocab.errors import ConfigError
 
@@ -31,7 +33,8 @@ def loss_figure(rows: list[dict], out_path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    steps, losses = [r["step"] for r in rows], [r["loss"] for r in rows]
+    trained = [r for r in rows if "loss" in r]  # a distilling run also logs its starting point (step 0)
+    steps, losses = [r["step"] for r in trained], [r["loss"] for r in trained]
     smooth, acc = [], None
     for value in losses:
         acc = value if acc is None else 0.95 * acc + 0.05 * value
@@ -43,7 +46,13 @@ def loss_figure(rows: list[dict], out_path: Path, title: str) -> None:
         ax.plot(*zip(*val), "o-", label="held-out teacher text")
     ax.set(xlabel="step", ylabel="cross-entropy (nats/token)", title=title)
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(loc="upper left")
+    tv = [(r["step"], 1 - r["val_tv"]) for r in rows if "val_tv" in r]
+    if tv:
+        ax2 = ax.twinx()
+        ax2.plot(*zip(*tv), "s--", color="tab:green", label="held-out 1 - TV (acceptance per position)")
+        ax2.set_ylabel("1 - TV to the target")
+        ax2.legend(loc="upper right")
     fig.tight_layout()
     fig.savefig(out_path)
     plt.close(fig)
@@ -54,41 +63,53 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
     `target_tokenizer` (cfg.target's) sets the cuts of the training text when student.encoding is aligned."""
     s = cfg.student
     teacher_dir = Path(cfg.work_dir) / "teacher"
-    rows = read_teacher_text(teacher_dir, max_shards=math.ceil(cfg.teacher.n_prompts / cfg.teacher.batch_size))
+    distill = Distill(float(s.distill_weight), s.distill_loss)
+    if distill.loss not in KINDS or not 0.0 <= distill.weight <= 1.0:
+        raise ConfigError(f"student.distill_loss={distill.loss!r}, student.distill_weight={distill.weight}: "
+                          f"choose the loss from {', '.join(KINDS)} and a weight in [0, 1]")
+    rows = read_teacher_text(teacher_dir, max_shards=math.ceil(cfg.teacher.n_prompts / cfg.teacher.batch_size),
+                             distributions=distill.weight > 0)
     if not rows:
         raise ConfigError(f"no teacher text under {teacher_dir}; run the teacher stage first (stage=teacher or all)")
     tokenizer = zoo.tokenizer(cfg.draft_tokenizer)
     d_codec = draft_codec(target_tokenizer, tokenizer, s.encoding)
     aligned = d_codec if isinstance(d_codec, AlignedCodec) else None
-    texts = [r["prompt"] + r["completion"] for r in rows]
-    random.Random(cfg.seed).shuffle(texts)
-    docs = encode_documents(tokenizer, texts, s.seq_len, aligned)
+    random.Random(cfg.seed).shuffle(rows)  # the same permutation the text-only stage always used
+    docs, soft, rest = _documents(rows, tokenizer, aligned, s.seq_len, distill)
     holdout, train_docs = docs[:s.holdout], docs[s.holdout:]
+    holdout_soft, train_soft = (soft[:s.holdout], soft[s.holdout:]) if soft is not None else (None, None)
     raw_docs = (encode_documents(tokenizer, raw_code(max_chars=4 * s.seq_len), s.seq_len, aligned)
                 if s.raw_fraction > 0 else [])
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     shape = StudentShape(s.layers, s.hidden, s.intermediate, s.heads)
-    model = build_student(tokenizer, shape, seed=cfg.seed).to(device)
+    model = (_initial(s.init_from, cfg.draft_tokenizer, s.encoding, shape) if s.init_from
+             else build_student(tokenizer, shape, seed=cfg.seed)).to(device)
     work = Path(cfg.work_dir) / "students" / cfg.name
     work.mkdir(parents=True, exist_ok=True)
     _check_resume(work / "config.json", {"student": dict(s), "draft_tokenizer": cfg.draft_tokenizer})
-    autocast = device.startswith("cuda") or _has_amx()
+    autocast = device.startswith("cuda") or has_amx()
     n_params = sum(p.numel() for p in model.parameters())
     print(f"student {cfg.name}: {n_params / 1e6:.2f}M parameters, vocabulary {len(tokenizer)}, {s.encoding} encoding; "
           f"{len(rows)} teacher documents ({sum(map(len, train_docs))} tokens, {len(holdout)} held out), "
-          f"{len(raw_docs)} raw pieces; bf16 autocast {autocast}")
+          f"{len(raw_docs)} raw pieces; bf16 autocast {autocast}"
+          + (f"; distilling {distill.loss} (weight {distill.weight}) on {sum(len(x['rows']) for x in soft)} target "
+             f"positions, mean mass outside the recorded top-{cfg.teacher.top_k}: {rest:.4f}" if soft else ""))
     model, progress = train_student(model, train_docs, raw_docs, holdout, work, steps=s.steps, batch_size=s.batch_size,
                                     lr=s.lr, min_lr=s.min_lr, warmup=s.warmup, weight_decay=s.weight_decay,
                                     raw_fraction=s.raw_fraction, checkpoint_every=s.checkpoint_every,
                                     eval_every=s.eval_every, seed=cfg.seed, pad_id=pad_id, autocast=autocast,
-                                    micro_batches=s.micro_batches, time_budget_s=s.time_budget_s)
+                                    micro_batches=s.micro_batches, time_budget_s=s.time_budget_s,
+                                    teacher_soft=train_soft, holdout_soft=holdout_soft, distill=distill)
     log = records.read(work / "train_log.jsonl")  # complete lines only: a kill can cut the last one
     val = [r["val_loss"] for r in log if "val_loss" in r]
     extra = {"target": cfg.target, "draft_tokenizer": cfg.draft_tokenizer, "shape": shape_of(model),
              "parameters": n_params, "steps_planned": s.steps, "student_config": dict(s), **progress,
              "teacher_documents": len(rows), "teacher_meta": json.loads((teacher_dir / "meta.json").read_text()),
              "train_tokens_available": sum(map(len, train_docs)), "raw_pieces": len(raw_docs),
-             "final_val_loss": val[-1] if val else None,
+             "final_val_loss": val[-1] if val else None, "init_from": s.init_from,
+             "distill": {"weight": distill.weight, "loss": distill.loss, "teacher_rest_mass": rest}
+             if soft is not None else None,
+             "final_val_tv": next((r["val_tv"] for r in reversed(log) if "val_tv" in r), None),
              "device": device, "python": platform.python_version(), "torch": torch.__version__,
              "command": command}
     loss_figure(log, work / "loss.png", cfg.name)
@@ -96,6 +117,46 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
     return save_student(model, tokenizer, cfg.out_dir, tokenizer_name=cfg.draft_tokenizer, dtype=s.save_dtype,
                         extra=extra, files={"train_log.jsonl": work / "train_log.jsonl", "loss.png": work / "loss.png",
                                             "README.md": work / "README.md"}, encoding=s.encoding)
+
+
+def _documents(rows: list[dict], tokenizer, aligned, seq_len: int, distill: Distill):
+    """(draft documents, their soft targets or None, mean teacher mass outside the recorded top-k or None).
+
+    Text-only: prompt + completion encoded as the drafter reads text. Distilling: the prompt encoded, then the
+    target's generated ids written in the aligned encoding, with the recorded distributions mapped onto draft
+    ids at the positions that predict them (xvocab.drafter.distill)."""
+    if not distill.weight:
+        return encode_documents(tokenizer, [r["prompt"] + r["completion"] for r in rows], seq_len, aligned), None, None
+    if aligned is None:
+        raise ConfigError("student.distill_weight > 0 needs student.encoding=aligned: the target's distributions are "
+                          "mapped onto draft positions that each stand for one target token")
+    first_piece = first_piece_map(aligned)
+    docs, soft, rest, n = [], [], 0.0, 0
+    for r in rows:
+        d = r["dist"]
+        ids, targets = document(prompt_ids(tokenizer, r["prompt"], aligned), d["ids"].tolist(), d["top_ids"],
+                                d["top_logp"], aligned, first_piece, seq_len)
+        rest += float((1 - d["top_logp"].float().exp().sum(-1)).clamp(min=0).sum())
+        n += len(d["ids"])
+        if len(ids) > 1:
+            docs.append(ids)
+            soft.append(targets)
+    return docs, soft, rest / max(n, 1)
+
+
+def _initial(init_from: str, draft_tokenizer: str, encoding: str, shape: StudentShape):
+    """The drafter `init_from` names (zoo name or path), float32, to train further; refused if its tokenizer,
+    encoding or shape is not the configured one (the checkpoint would describe another model)."""
+    model, _ = zoo.model(init_from, dtype="float32", device="cpu")
+    c = model.config
+    found = {"draft_tokenizer": getattr(c, "xvocab_tokenizer", None), "encoding": model_encoding(model),
+             "shape": StudentShape(c.num_hidden_layers, c.hidden_size, c.intermediate_size, c.num_attention_heads)}
+    asked = {"draft_tokenizer": draft_tokenizer, "encoding": encoding, "shape": shape}
+    diff = records.changed_settings(found, asked)
+    if diff:
+        raise ConfigError(f"student.init_from={init_from} differs from the configured student {diff} (its, asked); "
+                          f"set draft_tokenizer / student.encoding / the student shape to match it")
+    return model.train()
 
 
 # Settings a resumed run may change: how long, how often it saves and evaluates, the saved dtype.
@@ -127,7 +188,7 @@ A draft model for speculative decoding of `{extra['target']}` with xvocab (cross
 Llama architecture, {shape['layers']} layers, width {shape['hidden']}, {extra['parameters'] / 1e6:.1f}M parameters,
 vocabulary of the `{extra['draft_tokenizer']}` tokenizer (tied embeddings). Not a general language model.
 
-Trained by sequence-level distillation: `{extra['target']}` ({teacher['dtype']}) continued
+{_distill_words(extra)}Trained by sequence-level distillation: `{extra['target']}` ({teacher['dtype']}) continued
 {extra['teacher_documents']} HumanEval-style prompts cut from the Python {teacher['python']} standard library
 (HumanEval's own prompts and entry points excluded), greedy and sampled at T={teacher['temperature']}; the student
 learned that text written in its own vocabulary, {_ENCODING_WORDS[extra['student_config'].get('encoding', 'native')]},
@@ -141,12 +202,25 @@ Loss curve: `loss.png`; per-step log: `train_log.jsonl`.
 """
 
 
+def _distill_words(extra: dict) -> str:
+    """The model card's sentence on logit-level distillation and initialisation, if used."""
+    words = f"Started from `{extra['init_from']}`. " if extra.get("init_from") else ""
+    d = extra.get("distill")
+    if d:
+        words += (f"Also distilled at the logit level: {d['weight']} x {d['loss']} between the target's top-"
+                  f"{extra['teacher_meta'].get('top_k')} distribution at each of its generated positions, mapped "
+                  f"onto draft ids (xvocab.drafter.distill; {d['teacher_rest_mass']:.3f} of the mass lies outside "
+                  f"the top-k), and the student's, + {1 - d['weight']} x next-token loss. Held-out 1 - TV "
+                  f"(acceptance per position): {1 - extra['final_val_tv']:.3f}.\n")
+    return words
+
+
 _ENCODING_WORDS = {"native": "cut by its own tokenizer",
                    "aligned": "cut where the target's tokenizer cuts wherever the vocabularies share the token "
                               "(xvocab.alignment.aligned; xvocab drafts the same way)"}
 
 
-def _has_amx() -> bool:
+def has_amx() -> bool:
     try:
         return "amx_bf16" in Path("/proc/cpuinfo").read_text()
     except OSError:

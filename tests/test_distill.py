@@ -1,0 +1,127 @@
+"""Logit-level distillation (xvocab.drafter.distill): the divergences are the exact divergences between the
+coarsened distributions (fast = dictionary reference; = exact KL / TV when nothing is coarsened), zero exactly
+when the student matches the teacher, and the target's distributions land on the right draft positions."""
+import pytest
+import torch
+
+from xvocab import zoo
+from xvocab.alignment.aligned import aligned_codec
+from xvocab.drafter.distill import NOWHERE, divergence, divergence_reference, document, first_piece_map, pieces
+from xvocab.drafter.student import Distill, StudentShape, _accumulate, batch_rows, build_student
+from xvocab.roles import prompt_ids
+
+
+def _case(seed: int, m: int = 5, k: int = 6, V: int = 20):
+    gen = torch.Generator().manual_seed(seed)
+    logq = torch.log_softmax(torch.randn(m, V, generator=gen, dtype=torch.float64) * 2, -1)
+    ids = torch.randint(V, (m, k), generator=gen)
+    ids[0, 1] = ids[0, 0]                      # two target ids landing on one draft id
+    ids[1, 2] = NOWHERE                         # a special token: its mass joins "other"
+    p = torch.softmax(torch.randn(m, k, generator=gen), -1) * 0.9   # 10% outside the top-k
+    return logq, ids, p
+
+
+@pytest.mark.parametrize("kind", ["fkl", "tv"])
+@pytest.mark.parametrize("seed", range(4))
+def test_divergence_equals_the_dictionary_reference(kind, seed):
+    logq, ids, p = _case(seed)
+    fast = divergence(logq, ids, p.double(), kind)
+    assert fast.tolist() == pytest.approx(divergence_reference(logq, ids, p, kind), rel=1e-9, abs=1e-12)
+
+
+def test_with_the_whole_vocabulary_recorded_it_is_the_exact_kl_and_tv():
+    gen = torch.Generator().manual_seed(0)
+    V = 12
+    logq = torch.log_softmax(torch.randn(3, V, generator=gen), -1).double()
+    logp = torch.log_softmax(torch.randn(3, V, generator=gen), -1).double()
+    perm = torch.stack([torch.randperm(V, generator=gen) for _ in range(3)])        # one-to-one map
+    p = logp.exp().gather(1, perm)
+    kl = (logp.exp() * (logp - logq)).sum(-1)
+    tv = 0.5 * (logp.exp() - logq.exp()).abs().sum(-1)
+    torch.testing.assert_close(divergence(logq, perm, p, "fkl"), kl)
+    torch.testing.assert_close(divergence(logq, perm, p, "tv"), tv)
+
+
+@pytest.mark.parametrize("kind", ["fkl", "tv"])
+def test_zero_exactly_when_the_student_matches_the_coarsened_teacher(kind):
+    V = 10
+    ids = torch.tensor([[3, 7, 3, NOWHERE]])
+    p = torch.tensor([[0.4, 0.3, 0.1, 0.05]], dtype=torch.float64)   # P: 3 -> 0.5, 7 -> 0.3, other 0.2
+    q = torch.full((1, V), 0.2 / 8, dtype=torch.float64)            # other 0.2 over the 8 unrecorded ids
+    q[0, 3], q[0, 7] = 0.5, 0.3
+    assert float(divergence(q.log(), ids, p, kind)) == pytest.approx(0.0, abs=1e-9)
+    # Mass moved between two unrecorded ids is invisible: the unrecorded mass is one outcome.
+    spread = q.clone()
+    spread[0, 0], spread[0, 1] = spread[0, 0] + 0.01, spread[0, 1] - 0.01
+    assert float(divergence(spread.log(), ids, p, kind)) == pytest.approx(0.0, abs=1e-9)
+    # Negative control: moving 0.1 from recorded id 3 to an unrecorded id is seen by both losses.
+    moved = q.clone()
+    moved[0, 3], moved[0, 0] = 0.4, moved[0, 0] + 0.1
+    assert float(divergence(moved.log(), ids, p, kind)) > 0.01
+
+
+def test_gradients_are_finite_when_every_id_is_recorded():
+    logq = torch.log_softmax(torch.randn(2, 4), -1).requires_grad_()
+    ids = torch.arange(4).repeat(2, 1)
+    p = torch.full((2, 4), 0.25)
+    for kind in ("fkl", "tv"):
+        logq.grad = None
+        divergence(logq, ids, p, kind).sum().backward()
+        assert torch.isfinite(logq.grad).all()
+
+
+@pytest.fixture(scope="module")
+def gemma_deepseek():
+    target, draft = zoo.tokenizer("gemma-3-270m"), zoo.tokenizer("deepseek-coder")
+    return target, draft, aligned_codec(target, draft)
+
+
+def test_documents_put_each_target_distribution_where_the_draft_predicts_that_token(gemma_deepseek):
+    target, draft, aligned = gemma_deepseek
+    first = first_piece_map(aligned)
+    prompt = "def greet(name):\n    \"\"\"Say hello.\"\"\"\n"
+    completion = "    return f'héllo, {name}' + ''.join(['😀', '\\t'])\n"
+    gen_ids = target.encode(completion, add_special_tokens=False)
+    n = len(gen_ids)
+    top_ids = torch.tensor(gen_ids)[:, None].repeat(1, 3)          # top-1 = the generated id (greedy)
+    top_ids[:, 1] = torch.arange(n) + 5000
+    top_logp = torch.log(torch.tensor([[0.7, 0.2, 0.05]])).repeat(n, 1).half()
+    prefix = prompt_ids(draft, prompt, aligned)
+    ids, soft = document(prefix, gen_ids, top_ids, top_logp, aligned, first, max_len=512)
+    # The draft text is exactly what the drafter reads for prompt + completion (the aligned encoding).
+    assert ids == prompt_ids(draft, prompt + completion, aligned)
+    assert len(soft["rows"]) == n
+    for row, mapped, t in zip(soft["rows"].tolist(), soft["ids"].tolist(), gen_ids):
+        assert ids[row + 1] == mapped[0] == pieces(aligned, t)[0]
+    # Some of these target tokens are outside the intersection (several draft ids), so rows are not consecutive.
+    assert any(len(pieces(aligned, t)) > 1 for t in gen_ids)
+    torch.testing.assert_close(soft["p"][:, 0], torch.full((n,), 0.7), atol=1e-3, rtol=0)
+    assert int(first[target.eos_token_id]) == draft.eos_token_id   # paired specials land on their counterpart
+    short, soft_short = document(prefix, gen_ids, top_ids, top_logp, aligned, first, max_len=len(prefix) + 3)
+    assert len(short) == len(prefix) + 3 and int(soft_short["rows"].max()) < len(short) - 1
+
+
+def test_micro_batches_give_the_whole_batch_gradient_with_soft_targets():
+    tok = zoo.tokenizer("deepseek-coder")
+    gen = torch.Generator().manual_seed(0)
+    docs = [[tok.bos_token_id] + torch.randint(100, 5000, (n,), generator=gen).tolist() for n in (3, 9, 27, 5)]
+    soft = []
+    for d in docs:
+        m = len(d) - 1
+        soft.append({"rows": torch.arange(m), "ids": torch.randint(100, 5000, (m, 4), generator=gen),
+                     "p": torch.full((m, 4), 0.2)})
+    ids, mask, labels, rows_soft = batch_rows(docs, [], batch_size=6, raw_fraction=0.0, pad_id=tok.eos_token_id,
+                                              generator=torch.Generator().manual_seed(1), teacher_soft=soft)
+    assert all(s is not None for s in rows_soft)
+    grads, losses = [], []
+    for micro in (1, 3):
+        model = build_student(tok, StudentShape(1, 32, 64, 2), seed=0)
+        losses.append(float(_accumulate(model, ids, mask, labels, torch.device("cpu"), False, micro, rows_soft,
+                                        Distill(0.5, "tv"))))
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    assert losses[0] == pytest.approx(losses[1], rel=1e-5)
+    assert torch.allclose(grads[0], grads[1], atol=1e-6, rtol=1e-4)
+    # Negative control: the soft targets do change the gradient.
+    model = build_student(tok, StudentShape(1, 32, 64, 2), seed=0)
+    _accumulate(model, ids, mask, labels, torch.device("cpu"), False, 1, rows_soft, Distill(0.0, "tv"))
+    assert not torch.allclose(torch.cat([p.grad.flatten() for p in model.parameters()]), grads[0])
