@@ -31,11 +31,12 @@ from xvocab import records
 from xvocab.cost import speedup_bounds
 
 GROUP = ("target", "draft", "dataset", "temperature", "max_new_tokens", "algorithm", "k", "draft_confidence",
-         "draft_encoding", "cpu", "kernels", "cache")
+         "draft_encoding", "cpu", "kernels", "cache", "batch_size", "policy")
 # Fields absent from older records; records made before xvocab.packed_linear ran the stock kernels.
-OPTIONAL = {"draft_confidence": 0.0, "draft_encoding": None, "cpu": None, "kernels": "stock", "cache": "dynamic"}
+OPTIONAL = {"draft_confidence": 0.0, "draft_encoding": None, "cpu": None, "kernels": "stock", "cache": "dynamic",
+            "batch_size": 1, "policy": False}
 BASELINE = ("target", "dataset", "temperature", "max_new_tokens", "device", "dtype", "threads", "top_k", "top_p", "cpu",
-            "kernels", "cache")
+            "kernels", "cache", "batch_size")
 COLUMNS = ("target", "draft", "dataset", "temperature", "algorithm", "k", "draft_confidence", "prompts", "ttft_s", "tpot_ms",
            "tokens_per_s", "speedup", "tau", "fed_per_token", "acceptance", "per_position", "pass_at_1", "equals_ar")
 COST_COLUMNS = ("c", "v", "bound", "efficiency")
@@ -83,7 +84,9 @@ def aggregate(recs: list[dict]) -> list[dict]:
         if rs[0]["config"]["temperature"] == 0 and rs[0]["config"]["algorithm"] != "ar":
             rs = [_checked_against(r, ar_ids.get((key[-1], r["prompt_id"]))) for r in rs]
         tokens = sum(r["new_tokens"] for r in rs)
-        wall = sum(r["wall_seconds"] for r in rs)
+        # Batched rows share their batch's time: throughput is tokens over the batches' wall time.
+        batches = {r["batch"]["id"]: r["batch"]["wall_seconds"] for r in rs if "batch" in r}
+        wall = sum(batches.values()) + sum(r["wall_seconds"] for r in rs if "batch" not in r)
         proposed = [sum(r["proposed_per_step"][i] > j for r in rs for i in range(len(r["proposed_per_step"])))
                     for j in range(max((max(r["proposed_per_step"], default=0) for r in rs), default=0))]
         kept = [sum(a > j for r in rs for a in r["accepted_per_step"]) for j in range(len(proposed))]
@@ -94,6 +97,7 @@ def aggregate(recs: list[dict]) -> list[dict]:
             ttft_s=sum(r["ttft_seconds"] for r in rs) / len(rs),
             tpot_ms=1e3 * sum(r["tpot_seconds"] for r in rs) / len(rs),
             tokens_per_s=tokens / wall if wall else 0.0,
+            latency_s=sum(r["wall_seconds"] for r in rs) / len(rs),  # per sequence: until its last token
             tau=tokens / sum(r["target_forwards"] for r in rs),
             # Target positions computed per generated token, the prompt's last token counted as the first step's
             # pending token and the rest of the prefill excluded (the same for every method): ar gives exactly 1.
@@ -193,6 +197,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     columns = COLUMNS + COST_COLUMNS if add_costs(rows, costs) else COLUMNS
     if any(r["cache"] != "dynamic" for r in rows):  # shown only where a sweep set it
         columns = columns + ("cache",)
+    if any(r["batch_size"] != 1 or r["policy"] for r in rows):
+        columns = columns + ("batch_size", "policy", "latency_s")
     if any(r["draft_encoding"] for r in rows):  # shown only where a sweep set it (else: each drafter's own)
         at = columns.index("draft_confidence") + 1
         columns = columns[:at] + ("draft_encoding",) + columns[at:]

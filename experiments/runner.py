@@ -73,6 +73,8 @@ def point(cfg: dict, algorithm: str) -> dict:
             **({"draft_confidence": cfg["draft_confidence"]} if cfg["draft_confidence"] and not ar else {}),
             **({"draft_encoding": cfg["draft_encoding"]} if cfg.get("draft_encoding") and not ar else {}),
             **({"cache": cfg["cache"]} if cfg.get("cache", "dynamic") != "dynamic" else {}),
+            **({"batch_size": cfg["batch_size"]} if cfg.get("batch_size", 1) != 1 else {}),
+            **({"policy": True} if cfg.get("policy") and not ar else {}),
             # CPU linears prepacked for oneDNN (xvocab.packed_linear); absent: the stock kernels of older records.
             **({"kernels": "packed"} if packed_linear.applies(resolve_device(cfg["device"]), cfg["dtype"]) else {})}
 
@@ -117,6 +119,9 @@ def run(cfg: dict) -> Path:
     ar_models = load_pair(cfg["pair"]["target"], None, cfg["dtype"], device, cfg["pair"]["device_map"])
     for _ in range(cfg["warmup"]):  # untimed: first-call allocations and kernel selection
         _generate(rows[0], 0, {**cfg, "max_new_tokens": min(8, cfg["max_new_tokens"])}, algorithm, models)
+    if cfg["batch_size"] > 1 or (cfg["policy"] and algorithm != "ar"):
+        _run_batches(todo, cfg, conf, algorithm, models, path)
+        return path
     tokens = forwards = 0
     seconds = 0.0
     bar = tqdm(todo, desc=f"{algorithm} k={conf['k']} T={conf['temperature']}", unit="prompt")
@@ -135,6 +140,43 @@ def run(cfg: dict) -> Path:
             seconds + out.stats.wall_seconds
         bar.set_postfix(tau=f"{tokens / forwards:.2f}", tok_s=f"{tokens / seconds:.1f}")
     return path
+
+
+def _run_batches(todo: list, cfg: dict, conf: dict, algorithm: str, models, path: Path) -> None:
+    """Decode `todo` in batches of cfg.batch_size through xvocab.generate_batch (row seeds as in the per-prompt
+    path), each batch's records appended together with the batch's wall time (throughput) and, with
+    cfg.policy, the policy's per-round choices. Greedy runs compare with `ar` records made in batches too
+    (the report derives equals_ar)."""
+    from xvocab.policy import Policy, measure_costs
+
+    target, tt, draft, dt = models
+    size = cfg["batch_size"]
+    policy_costs = None
+    if cfg["policy"] and algorithm != "ar":
+        sizes = sorted({min(size, 2 ** i) for i in range(size.bit_length() + 1)})
+        print(f"policy: measuring batched forward costs at batch sizes {sizes}")
+        policy_costs = measure_costs(target, draft, batch_sizes=sizes, k=cfg["k"])
+    bar = tqdm(total=len(todo), desc=f"{algorithm} k={conf['k']} T={conf['temperature']} batch={size}", unit="prompt")
+    for start in range(0, len(todo), size):
+        chunk = todo[start:start + size]
+        policy = Policy(policy_costs) if policy_costs is not None else None
+        began = time.perf_counter()
+        outs = xvocab.generate_batch([row["prompt"] for _, row in chunk], target=target, target_tokenizer=tt,
+                                     draft=draft, draft_tokenizer=dt, algorithm=algorithm, k=cfg["k"],
+                                     max_new_tokens=cfg["max_new_tokens"], temperature=cfg["temperature"],
+                                     top_k=cfg["top_k"], top_p=cfg["top_p"],
+                                     seed=[cfg["seed"] + index for index, _ in chunk],
+                                     draft_confidence=cfg["draft_confidence"],
+                                     draft_encoding=None if algorithm == "ar" else cfg.get("draft_encoding"),
+                                     policy=policy)
+        batch = {"id": f"{records.config_hash(conf)}:{chunk[0][1]['id']}", "rows": len(chunk),
+                 "wall_seconds": time.perf_counter() - began}
+        if policy is not None:
+            batch["policy_k"] = [entry["k"] for entry in policy.log]
+        for (index, row), out in zip(chunk, outs):
+            records.append(path, _record(conf, row, index, out, cfg) | {"batch": batch})
+        bar.update(len(chunk))
+    bar.close()
 
 
 @hydra.main(config_path=str(Path(__file__).resolve().parent.parent / "conf"), config_name="config", version_base=None)

@@ -9,6 +9,7 @@ import torch
 from scipy.stats import chisquare
 
 import xvocab
+from xvocab.policy import Costs, Policy
 from xvocab.roles import prompt_ids
 from xvocab.sampling import logits_to_probs
 from xvocab.zoo.tiny import mirror_model
@@ -73,3 +74,14 @@ def chi_square_pvalue(counts: collections.Counter, exact: dict, n: int) -> float
     if expected[-1] < 1e-9:
         observed, expected = observed[:-1], expected[:-1]
     return float(chisquare(observed, expected, sum_check=False).pvalue)
+
+
+def policy_costs(draft_s, target_s, k=4, sizes=(1, 4)):
+    """Made-up xvocab.policy.Costs: draft and target seconds growing with the batch size and the target's tokens."""
+    return Costs(draft={b: draft_s * b ** 0.5 for b in sizes},
+                 target={b: {n: target_s * (1 + 0.1 * n) * b ** 0.5 for n in range(1, k + 2)} for b in sizes})
+
+
+def flipping_policy() -> Policy:
+    """A policy whose choice swings with the last round's acceptance: k = 0, short and long drafts all occur."""
+    return Policy(policy_costs(0.25, 1.0, sizes=(1, 2, 4)), prior=0.5, window=1, probe_every=2)

@@ -3,7 +3,8 @@ sampling settings, three generated tokens, and a negative control per algorithm 
 
 The reference is exact: P(x1, x2, x3) = p(x1) p(x2 | x1) p(x3 | x1 x2) under the target's processed
 distribution (temperature, then top-k or top-p), enumerated over its support with the target alone.
-n sampled sequences from `xvocab.generate` are compared with it by a chi-square goodness-of-fit test
+n sampled sequences from `xvocab.generate` (and, for one case per algorithm and every control, from
+`xvocab.generate_batch`) are compared with it by a chi-square goodness-of-fit test
 (bins expected to hold fewer than 5 samples pooled into one).
 
 * False failure: each test fails a lossless algorithm with probability ALPHA = 1e-6 (the p-value of a
@@ -31,10 +32,11 @@ import collections
 
 import pytest
 import torch
-from _support import chi_square_pvalue, exact_distribution, resized
+from _support import chi_square_pvalue, exact_distribution, flipping_policy, resized
 from scipy.stats import chi2, ncx2
 
 import xvocab
+from xvocab import batch as batched
 from xvocab import engine
 from xvocab.algorithms.common import Proposal
 from xvocab.sampling import SamplingParams, logits_to_probs
@@ -146,16 +148,24 @@ def cases():
     return out
 
 
-def sampled_pvalue(case, alg, params, n=N, k=2, tokens=TOKENS):
+def sampled_pvalue(case, alg, params, n=N, k=2, tokens=TOKENS, batch=0, policy=None):
+    """p-value of n sequences sampled with seeds 0..n-1, one `generate` call each, or with batch > 0 through
+    `generate_batch` in batches of that many rows (row i of a batch seeded seed + i: the same seeds), with a
+    fresh `policy()` per batch if given."""
     target, tt, draft, dt = case
     exact = exact_distribution(target, tt, PROMPT, params, tokens)
     assert len(exact) > 3  # a distribution with real choices
     counts = collections.Counter()
+    kw = dict(target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt, algorithm=alg, k=k,
+              max_new_tokens=tokens, temperature=params.temperature, top_k=params.top_k, top_p=params.top_p)
+    if batch:
+        for start in range(0, n, batch):
+            for out in batched.generate_batch([PROMPT] * min(batch, n - start), seed=start,
+                                              policy=policy() if policy else None, **kw):
+                counts[tuple(out.token_ids)] += 1
+        return chi_square_pvalue(counts, exact, n)
     for seed in range(n):
-        out = engine.generate(PROMPT, target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt, algorithm=alg,
-                              k=k, max_new_tokens=tokens, temperature=params.temperature, top_k=params.top_k,
-                              top_p=params.top_p, seed=seed)
-        counts[tuple(out.token_ids)] += 1
+        counts[tuple(engine.generate(PROMPT, seed=seed, **kw).token_ids)] += 1
     return chi_square_pvalue(counts, exact, n)
 
 
@@ -189,7 +199,7 @@ def _tli_without_renormalization(ctx, k):
     m = ctx.maps.tli
     ids, rows = [], []
     for _ in range(k):
-        raw = ctx.draft.next_logits()
+        raw = yield from ctx.draft.next_logits()
         d, _ = ctx.draw(m.restrict(raw))  # drawn from the renormalized restriction, as TLI does ...
         q_unrestricted = logits_to_probs(raw, ctx.params)
         ids.append(m.to_target_host[d])
@@ -205,7 +215,7 @@ def _slrs_with_q_instead_of_psi(ctx, k):
     text = ctx.target.stream.text
     ids, rows = [], []
     for _ in range(k):
-        logits = m.restrict(ctx.draft.next_logits())
+        logits = m.restrict((yield from ctx.draft.next_logits()))
         d, q = ctx.draw(logits)
         t = m.to_target_host[d]
         row = m.push(q, ctx.maps.target_vocab)
@@ -253,6 +263,28 @@ def test_each_negative_control_is_rejected(cases, alg, monkeypatch):
     case, patch = CONTROLS[alg]
     patch(monkeypatch)
     assert sampled_pvalue(cases[case], alg, SETTINGS["T1-top_k3"]) < ALPHA
+
+
+# Through xvocab.batch: the default slice (one case per algorithm) and every negative control.
+BATCHED = [("slem", "starcoder<-refact"), ("tli", "llama-spm<-gpt-2"), ("slrs", "psi"), ("sd", "gpt-2+96/+0")]
+
+
+@pytest.mark.parametrize("alg,case", BATCHED, ids=lambda x: str(x))
+def test_sampled_sequences_follow_the_target_through_the_batched_path(cases, alg, case):
+    assert sampled_pvalue(cases[case], alg, SETTINGS["T1-top_k3"], batch=50) > ALPHA
+
+
+def test_sampled_sequences_follow_the_target_whatever_the_policy_chooses(cases):
+    """k swinging between 0, short and long drafts round by round (xvocab.policy) changes no distribution."""
+    assert sampled_pvalue(cases["llama-spm<-gpt-2"], "tli", SETTINGS["T1-top_k3"], k=4, batch=50,
+                          policy=flipping_policy) > ALPHA
+
+
+@pytest.mark.parametrize("alg", list(CONTROLS))
+def test_each_negative_control_is_rejected_through_the_batched_path(cases, alg, monkeypatch):
+    case, patch = CONTROLS[alg]
+    patch(monkeypatch)
+    assert sampled_pvalue(cases[case], alg, SETTINGS["T1-top_k3"], batch=50) < ALPHA
 
 
 def test_power_statement():

@@ -128,6 +128,33 @@ def test_cache_is_a_config_axis(tmp_path):
     assert all(r["equals_ar"] for r in recs if r["config"]["algorithm"] == "slem")
 
 
+def test_batch_size_and_policy_are_config_axes(tmp_path):
+    """Batched sweeps decode through generate_batch: the same greedy outputs as one prompt at a time, rows
+    sharing a batch's wall time (throughput), the policy's choices recorded; the report compares them with
+    `ar` at the same batch size."""
+    def go(algorithm, **over):
+        cfg = _cfg(tmp_path, algorithm) | over
+        cfg.pop("hydra", None)
+        return run.run(cfg)
+
+    path = go("slem")                                     # one at a time (and its ar check)
+    go("slem", batch_size=2)
+    go("ar", batch_size=2)
+    go("slem", batch_size=2, policy=True)
+    recs = records.read(path)
+    single = {r["prompt_id"]: r["token_ids"] for r in recs
+              if r["config"]["algorithm"] == "slem" and "batch_size" not in r["config"]}
+    batched = [r for r in recs if r["config"].get("batch_size") == 2]
+    assert len(batched) == 6 and all(r["batch"]["rows"] == 2 for r in batched)
+    assert all(r["token_ids"] == single[r["prompt_id"]] for r in batched)
+    assert all(r["batch"]["policy_k"] for r in batched if r["config"].get("policy"))
+    rows = {(r["algorithm"], r["batch_size"], r["policy"]): r for r in report.aggregate(recs)}
+    assert rows["slem", 2, False]["equals_ar"] == 1.0 and rows["slem", 2, True]["equals_ar"] == 1.0
+    first = next(r for r in batched if r["config"]["algorithm"] == "ar")
+    assert rows["ar", 2, False]["tokens_per_s"] == pytest.approx(
+        sum(r["new_tokens"] for r in batched if r["config"]["algorithm"] == "ar") / first["batch"]["wall_seconds"])
+
+
 def _fake(alg, k, tokens, forwards, wall, accepted, proposed, **extra):
     config = {"target": "T", "draft": None if alg == "ar" else "D", "algorithm": alg, "dataset": "humaneval",
               "k": k, "temperature": 0.0, "top_k": 0, "top_p": 1.0, "max_new_tokens": tokens, "seed": 0,

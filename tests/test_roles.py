@@ -11,6 +11,7 @@ import torch
 
 import xvocab
 from xvocab import algorithms, engine
+from xvocab.algorithms import Proposal
 from xvocab.alignment.intersection import NO_TOKEN
 from xvocab.alignment.tables import pair_tables
 from xvocab.roles import prompt_ids, special_prefix
@@ -78,6 +79,8 @@ class Proposals:
     def _wrap(self, fn):
         def draft(ctx, k):
             proposal = fn(ctx, k)
+            if not isinstance(proposal, Proposal):  # a drafter is a generator (ar returns at once)
+                proposal = yield from proposal
             self.seen.append(list(proposal.ids))
             return proposal
         return draft

@@ -3,8 +3,10 @@
     target, tt, draft, dt = xvocab.load_pair()   # the default pair (xvocab.defaults), or any two names
     out = xvocab.generate(prompt, target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt,
                           algorithm="slem" | "tli" | "slrs" | "sd" | "ar", k=4, temperature=0.0)
+    outs = xvocab.generate_batch([prompt, ...], target=..., ...)   # many prompts, one batched forward per round
 """
 from xvocab import defaults, zoo
+from xvocab.batch import generate_batch
 from xvocab.alignment import VocabMap, intersection
 from xvocab.engine import ALGORITHMS, Output, generate
 from xvocab.errors import AssetError, ConfigError, UnknownNameError, VocabularyMismatchError, XVocabError
@@ -22,4 +24,4 @@ def load_pair(target: str = defaults.TARGET, draft: str = defaults.DRAFT, *, dty
 
 
 __all__ = ["ALGORITHMS", "AssetError", "ConfigError", "Output", "UnknownNameError", "VocabMap",
-           "VocabularyMismatchError", "XVocabError", "generate", "intersection", "load_pair", "token_bytes", "zoo"]
+           "VocabularyMismatchError", "XVocabError", "generate", "generate_batch", "intersection", "load_pair", "token_bytes", "zoo"]

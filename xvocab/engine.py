@@ -19,7 +19,7 @@ import torch
 
 from xvocab import defaults
 from xvocab.algorithms import DRAFTERS, DraftContext, Proposal
-from xvocab.algorithms.common import Side
+from xvocab.algorithms.common import Side, run
 from xvocab.alignment.tables import same_vocabulary
 from xvocab.alignment.translate import common_prefix_length
 from xvocab.errors import ConfigError, ContextFullError, VocabularyMismatchError
@@ -63,6 +63,22 @@ def _check_context(target, n_prompt: int, max_new_tokens: int) -> None:
     if limit is not None and n_prompt + max_new_tokens > limit:
         raise ConfigError(f"the prompt ({n_prompt} target tokens) plus max_new_tokens={max_new_tokens} exceeds the "
                           f"target's context of {limit}; shorten the prompt or lower max_new_tokens")
+
+
+def verify_proposal(logits: torch.Tensor, proposal: Proposal, params: SamplingParams,
+                    generator: torch.Generator) -> tuple[int, int]:
+    """(accepted count, next id) for `proposal` given the target's logits [n + 1, V] after the sequence and after
+    each proposed id: greedy match, exact match (SLEM: no distribution) or rejection sampling (sd, tli, slrs)."""
+    device = logits.device
+    proposed = torch.tensor(proposal.ids, dtype=torch.long, device=device)
+    if params.greedy:
+        return greedy_verify(logits, proposed)
+    if proposal.probs is None:
+        return exact_match_verify(ProbRows(logits, params), proposed, generator)  # rows on demand
+    on_cpu = device.type == "cpu"  # rows on demand there; one vectorized pass on accelerators
+    verify = rejection_verify_rows if on_cpu else rejection_verify
+    return verify(ProbRows(logits, params) if on_cpu else logits_to_probs(logits, params),
+                  proposal.probs.to(device), proposed, generator)
 
 
 def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokenizer=None,
@@ -118,23 +134,14 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
         proposal = Proposal([])
         if drafting and budget > 0:
             try:
-                proposal = DRAFTERS[algorithm](ctx, budget).truncated(max_new_tokens - len(out) - 1)
+                proposal = run(DRAFTERS[algorithm](ctx, budget), d_side.decoder).truncated(max_new_tokens - len(out) - 1)
             except ContextFullError as err:
                 if err.model is not draft:
                     raise
                 drafting = False  # the draft's context is full: the target decodes on alone (still exact)
                 stats.draft_stopped_at = len(out)
-        proposed = torch.tensor(proposal.ids, dtype=torch.long, device=device)
         logits = t_side.decoder.step(t_side.full(), proposal.ids)  # [n + 1, V]
-        if params.greedy:
-            n_acc, nxt = greedy_verify(logits, proposed)
-        elif proposal.probs is None:
-            n_acc, nxt = exact_match_verify(ProbRows(logits, params), proposed, generator)  # rows on demand
-        else:
-            on_cpu = device.type == "cpu"  # rows on demand there; one vectorized pass on accelerators
-            verify = rejection_verify_rows if on_cpu else rejection_verify
-            n_acc, nxt = verify(ProbRows(logits, params) if on_cpu else logits_to_probs(logits, params),
-                                proposal.probs.to(device), proposed, generator)
+        n_acc, nxt = verify_proposal(logits, proposal, params, generator)
         new = proposal.ids[:n_acc] + [nxt]
         stats.record_step(len(proposal.ids), n_acc, first_token=not out, now=time.perf_counter() - wall0)
         stop = next((i for i, x in enumerate(new) if x in eos), None)

@@ -41,6 +41,17 @@ def check_rollback(model) -> None:
                           f"earlier position, so rejected proposals would corrupt it; xvocab decodes attention-only "
                           f"models (every layer full or sliding-window attention). Use another target or draft")
 
+def grow_layer(layer, capacity: int) -> None:
+    """Give a static layer's [batch, heads, positions, dim] key and value buffers `capacity` positions, keeping
+    the states they hold (a copy; rare: caches are sized from the prompt and max_new_tokens)."""
+    if layer.is_initialized:
+        for name in ("keys", "values"):
+            old = getattr(layer, name)
+            new = old.new_zeros(old.shape[:2] + (capacity,) + old.shape[3:])
+            new[:, :, : old.shape[2]] = old
+            setattr(layer, name, new)
+
+
 KEEP_ROWS = 16  # recent positions whose logits a Decoder keeps (a draft rolls back at most a few tokens)
 
 
@@ -96,12 +107,7 @@ class Decoder:
         """Make a static cache hold at least n positions, keeping the states it holds."""
         capacity = max(n, min(2 * self.capacity, self.limit or 2 * self.capacity))  # doubled, within the context
         for layer in self.cache.layers:
-            if layer.is_initialized:
-                for name in ("keys", "values"):
-                    old = getattr(layer, name)
-                    new = old.new_zeros(old.shape[:2] + (capacity,) + old.shape[3:])
-                    new[:, :, : old.shape[2]] = old
-                    setattr(layer, name, new)
+            grow_layer(layer, capacity)
             layer.max_cache_len = capacity
         self.capacity = capacity
 

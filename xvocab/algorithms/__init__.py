@@ -1,4 +1,5 @@
-"""Drafting strategies, one per file. Each is `draft(ctx, k) -> Proposal`.
+"""Drafting strategies, one per file. Each is `draft(ctx, k)`, a generator returning a Proposal (it yields
+the draft sequences whose logits it needs: xvocab.algorithms.common).
 
 A Proposal carries target-vocabulary ids and, for the rejection-sampling family
 (sd, tli, slrs), the distribution each was drawn from; SLEM's proposals carry none and

@@ -1,4 +1,11 @@
-"""What every drafter receives and returns, and the draft-side bookkeeping they share."""
+"""What every drafter receives and returns, and the draft-side bookkeeping they share.
+
+A drafter is a generator: each time it needs the draft's next-token logits it yields the draft
+sequence (`yield from ctx.draft.next_logits()`) and is sent back the logits [V_draft]; it returns its
+Proposal. It never calls a model itself, so one sequence (`run`, with its Decoder) and a batch (xvocab.batch:
+every row's drafter advanced in lockstep, one batched forward per round) run the same drafting code.
+A drafter that needs no logits (`ar`) may return its Proposal directly.
+"""
 from __future__ import annotations
 
 import time
@@ -31,9 +38,10 @@ class Side:
         tokens are never fed twice."""
         self.stream = self.stream.apply(self.codec, keep, append)
 
-    def next_logits(self) -> torch.Tensor:
-        """Logits [V] after the whole current sequence."""
-        return self.decoder.step(self.full())[-1]
+    def next_logits(self):
+        """Logits [V] after the whole current sequence, from whoever runs the drafter (`run` or the batch
+        engine): a drafter writes `logits = yield from ctx.draft.next_logits()`."""
+        return (yield self.full())
 
 
 @dataclass
@@ -79,6 +87,19 @@ class DraftContext:
             return int(argmax(logits)), None
         q = logits_to_probs(logits, self.params)
         return int(sample(q, self.generator)), q
+
+
+def run(drafting, decoder: Decoder) -> "Proposal":
+    """The Proposal of a drafter call (a generator, see the module docstring, or a Proposal), answering each
+    sequence it asks about with `decoder`'s logits after it."""
+    if isinstance(drafting, Proposal):
+        return drafting
+    try:
+        ask = next(drafting)
+        while True:
+            ask = drafting.send(decoder.step(ask)[-1])
+    except StopIteration as done:
+        return done.value
 
 
 @dataclass(frozen=True)

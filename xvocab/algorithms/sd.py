@@ -16,7 +16,7 @@ def draft(ctx: DraftContext, k: int) -> Proposal:
     m = ctx.maps.tli  # DraftIds: the identity on the ids both heads have (EOS by role)
     ids, rows = [], []
     for _ in range(k):
-        logits = m.restrict(ctx.draft.next_logits())  # [V_draft], -inf outside the allowed ids
+        logits = m.restrict((yield from ctx.draft.next_logits()))  # [V_draft], -inf outside the allowed ids
         x, q = ctx.draw(logits)  # q [V_draft]; None when greedy
         t = m.to_target_host[x]
         ids.append(t)

@@ -27,7 +27,7 @@ def draft(ctx: DraftContext, k: int) -> Proposal:
     start_len = len(ctx.draft.stream.ids)
     end = None  # the target id proposed for a draft EOS (xvocab.alignment.tables: one rule for all algorithms)
     for _ in range(k):
-        logits = ctx.draft.next_logits()
+        logits = yield from ctx.draft.next_logits()
         d, _ = ctx.draw(logits)
         if ctx.draft_bytes(d) is None:  # a special token ends the draft; only EOS is proposed (as the target's)
             end = ctx.maps.roles.get(d)

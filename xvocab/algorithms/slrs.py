@@ -28,7 +28,7 @@ def draft(ctx: DraftContext, k: int) -> Proposal:
     text = ctx.target.stream.text
     ids, rows = [], []
     for _ in range(k):
-        logits = m.restrict(ctx.draft.next_logits())  # [V_draft], -inf outside the allowed ids
+        logits = m.restrict((yield from ctx.draft.next_logits()))  # [V_draft], -inf outside the allowed ids
         d, q = ctx.draw(logits)  # q [V_draft]; None when greedy
         t = m.to_target_host[d]
         ids.append(t)

@@ -22,7 +22,7 @@ def draft(ctx: DraftContext, k: int) -> Proposal:
     m = ctx.maps.tli  # DraftIds: the intersection, draft id -> target id
     ids, rows = [], []
     for _ in range(k):
-        logits = m.restrict(ctx.draft.next_logits())  # [V_draft], -inf outside the allowed ids
+        logits = m.restrict((yield from ctx.draft.next_logits()))  # [V_draft], -inf outside the allowed ids
         d, q = ctx.draw(logits)  # q [V_draft], zero outside I; None when greedy
         ids.append(m.to_target_host[d])
         if q is not None:

@@ -1,0 +1,162 @@
+"""Batches (xvocab.batch, xvocab.batch_kv): each row of `generate_batch` is what `generate` gives its prompt alone.
+
+* BatchDecoder: ragged rows, rolled back independently, across a sliding window, give the logits of a
+  Decoder fed each row alone; a mask that ignores the window (the negative control) does not.
+* Greedy: every algorithm, four cross-vocabulary pairs (a sliding-window target among them), prompts of
+  different lengths, some rows ending early at EOS: each row equals `generate`.
+* Sampling: row i equals `generate(..., seed=seed + i)` draw for draw; the chi-square distribution tests
+  run through the batched path in tests/test_distributions.py.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+from _support import flipping_policy, mirrored_pairs, policy_costs
+
+import xvocab
+from xvocab import generate, generate_batch
+from xvocab.batch_kv import BatchDecoder
+from xvocab.errors import ConfigError
+from xvocab.kv import Decoder
+from xvocab.policy import Policy, expected_tokens
+from xvocab.roles import prompt_ids
+from xvocab.zoo.tiny import mirror_model
+
+PAIRS = [("qwen2", "qwen35"), ("starcoder", "refact"), ("llama-spm", "mistral-v1"), ("gemma-4", "gpt-2")]
+PROMPTS = ["def fibonacci(n):", "x", "The quick brown fox jumps over the lazy dog. " * 3 + "\n\ndef main():\n",
+           "  x = [1, 2, 3]\n"]
+ALGS = ("ar", "slem", "tli", "slrs")
+
+
+def _with_eos_bias(model, tok, value):
+    head = model.get_output_embeddings()
+    new = torch.nn.Linear(head.in_features, head.out_features, bias=True)
+    with torch.no_grad():
+        new.weight.copy_(head.weight)
+        new.bias.zero_()
+        new.bias[tok.eos_token_id] = value
+    model.set_output_embeddings(new)
+    return model
+
+
+@torch.no_grad()
+def _eos_gap(model, tok, prompt, n):
+    """The smallest gap between the top logit and EOS's along the first n greedy tokens after `prompt`."""
+    ids, gap = prompt_ids(tok, prompt), float("inf")
+    for _ in range(n):
+        logits = model(torch.tensor([ids])).logits[0, -1]
+        gap = min(gap, float(logits.max() - logits[tok.eos_token_id]))
+        ids.append(int(logits.argmax()))
+    return gap
+
+
+@pytest.fixture(scope="module")
+def pairs():
+    """The mirrored pairs, the Gemma 3 target with a 6-token sliding window, and each target's EOS biased so
+    that greedy decoding of PROMPTS ends early on some rows and runs to the limit on others."""
+    out = mirrored_pairs(PAIRS[:3])
+    tt, dt = xvocab.zoo.tokenizer("gemma-4"), xvocab.zoo.tokenizer("gpt-2")
+    gemma = xvocab.zoo.tiny_model(tt, seed=1, sliding_window=6)
+    out["gemma-4", "gpt-2"] = (gemma, tt, mirror_model(gemma, tt, dt), dt)
+    for key, (target, tt, draft, dt) in out.items():
+        # With EOS's logit raised by b, greedy decoding follows the unbiased path until the first step where
+        # EOS's gap to the top logit is below b: a b between the prompts' smallest gaps ends some rows early.
+        gaps = sorted(_eos_gap(target, tt, p, 20) for p in PROMPTS)
+        _with_eos_bias(target, tt, (gaps[0] + gaps[-1]) / 2)
+        lengths = [len(generate(p, target=target, target_tokenizer=tt, algorithm="ar", max_new_tokens=20).token_ids)
+                   for p in PROMPTS]
+        assert min(lengths) < 20 and max(lengths) == 20, (key, gaps, lengths)
+    return out
+
+
+def test_batch_decoder_equals_one_decoder_per_row_across_rollbacks_and_the_sliding_window():
+    tok = xvocab.zoo.tokenizer("gemma-4")
+    model = xvocab.zoo.tiny_model(tok, seed=2, sliding_window=6)
+    gen = torch.Generator().manual_seed(0)
+    seqs = [torch.randint(5, 2000, (n,), generator=gen).tolist() for n in (5, 14, 3)]
+    batch, alone = BatchDecoder(model, 3, capacity=8), [Decoder(model) for _ in seqs]   # capacity 8: it must grow
+    rounds = [{i: (s, []) for i, s in enumerate(seqs)},                           # ragged prefill
+              {0: (seqs[0], [7, 8, 9]), 2: (seqs[2], [11, 12, 13, 14])},          # two rows verify, one waits
+              {1: (seqs[1][:-4] + [50, 51], [])},                                 # one row rolls back 4
+              {0: (seqs[0] + [7], [1]), 1: (seqs[1][:-4] + [50, 51] + list(range(60, 80)), [3])}]  # past the window
+    for asks in rounds:
+        got = batch.step(asks)
+        assert sorted(got) == sorted(asks)
+        for i, (full, extra) in asks.items():
+            want = alone[i].step(full, extra)
+            assert got[i].shape == want.shape
+            torch.testing.assert_close(got[i], want, atol=2e-4, rtol=1e-4)
+    # Negative control: the same decoder with the window ignored differs once a row is past the window.
+    blind = BatchDecoder(model, 1)
+    blind.window = None
+    long = seqs[1] + list(range(60, 80))
+    assert (blind.step({0: (long, [])})[0] - Decoder(model).step(long)).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("pair", PAIRS, ids=lambda p: f"{p[0]}<-{p[1]}")
+def test_greedy_rows_equal_generate_alone(pairs, pair):
+    target, tt, draft, dt = pairs[pair]
+    for alg in ALGS:
+        kw = dict(target=target, target_tokenizer=tt, algorithm=alg, k=4, max_new_tokens=20)
+        if alg != "ar":
+            kw.update(draft=draft, draft_tokenizer=dt)
+        rows = generate_batch(PROMPTS, **kw)
+        alone = [generate(p, **kw) for p in PROMPTS]
+        assert [r.token_ids for r in rows] == [a.token_ids for a in alone], alg
+        assert [r.stats.target_forwards for r in rows] == [a.stats.target_forwards for a in alone], alg
+    assert len({len(r.token_ids) for r in rows}) > 1  # rows finished at different times
+
+
+@pytest.mark.parametrize("alg", ["slem", "tli", "slrs"])
+def test_sampled_rows_equal_generate_alone_with_the_rows_seed(pairs, alg):
+    target, tt, draft, dt = pairs["llama-spm", "mistral-v1"]
+    kw = dict(target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt, algorithm=alg, k=3,
+              max_new_tokens=16, temperature=1.0, top_k=20)
+    rows = generate_batch(PROMPTS, seed=7, **kw)
+    alone = [generate(p, seed=7 + i, **kw).token_ids for i, p in enumerate(PROMPTS)]
+    assert [r.token_ids for r in rows] == alone
+    assert len({tuple(a) for a in alone}) > 1
+
+
+def test_bad_batches_name_the_fix(pairs):
+    target, tt, draft, dt = pairs["qwen2", "qwen35"]
+    with pytest.raises(ConfigError, match="list of prompts"):
+        generate_batch("one prompt", target=target, target_tokenizer=tt, algorithm="ar")
+    with pytest.raises(ConfigError, match="prompt is empty"):
+        generate_batch(["x", ""], target=target, target_tokenizer=tt, algorithm="ar")
+
+
+def test_policy_picks_the_fastest_k_and_steps_aside_when_the_bound_is_below_one():
+    cheap = Policy(policy_costs(0.01, 1.0), prior=0.8)
+    assert cheap.choose(4, 4) == 4                         # a cheap draft with high acceptance: draft long
+    dear = Policy(policy_costs(2.0, 1.0), prior=0.8)
+    assert dear.choose(4, 4) == 0                          # a draft dearer than the target: never worth it
+    # The switch is the bound: k = 0 exactly when tau / (k c + v) < 1 for every k (c, v from the same costs).
+    for draft_s in (0.05, 0.2, 0.4, 0.8):
+        for a in (0.2, 0.5, 0.8):
+            policy = Policy(policy_costs(draft_s, 1.0), prior=a)
+            t = policy.costs.target[4]
+            bounds = [expected_tokens(a, k) / (k * policy.costs.draft[4] / t[1] + t[k + 1] / t[1]) for k in (1, 2, 3, 4)]
+            assert (policy.choose(4, 4) == 0) == (max(bounds) < 1), (draft_s, a)
+    # Off, it still probes now and then (acceptance is only seen while drafting), and learns from what it sees.
+    off = Policy(policy_costs(0.3, 1.0), prior=0.05, probe_every=4)
+    ks = [off.choose(4, 1) for _ in range(8)]
+    assert ks.count(4) == 2 and ks.count(0) == 6
+    for _ in range(8):
+        off.observe(4, 1, [(4, 4)], verify_seconds=0.0)
+    assert off.acceptance() == 1.0 and off.choose(4, 1) > 0 and off.log[-1]["k"] > 0
+
+
+@pytest.mark.parametrize("alg", ["slem", "tli"])
+def test_the_policy_never_changes_greedy_outputs(pairs, alg):
+    """Greedy rows are the same with the policy on and off (sampled rows draw other random numbers when k
+    changes; that they still follow the target is tests/test_distributions.py's batched policy test)."""
+    target, tt, draft, dt = pairs["llama-spm", "mistral-v1"]
+    kw = dict(target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt, algorithm=alg, k=4,
+              max_new_tokens=20)
+    plain = [r.token_ids for r in generate_batch(PROMPTS, **kw)]
+    # A policy that flips between long drafts, short ones and none: acceptance swings the choice.
+    policy = flipping_policy()
+    steered = [r.token_ids for r in generate_batch(PROMPTS, policy=policy, **kw)]
+    assert steered == plain
+    assert len({entry["k"] for entry in policy.log}) >= 2, policy.log  # it did change k

@@ -1,0 +1,217 @@
+"""Many prompts at once: every row decoded by the chosen algorithm, one batched forward per model per round.
+
+    for each round, over the rows still running:
+      drafting:  every row's drafter (a generator, xvocab.algorithms.common) is advanced in lockstep; the
+                 draft sequences they ask about go through ONE draft forward (xvocab.batch_kv.BatchDecoder),
+                 until every row has its proposal (rows propose different numbers of ids)
+      verifying: ONE target forward over every row's pending ids + proposal (ragged), then each row's
+                 proposal is verified by the single-sequence rule (xvocab.engine.verify_proposal) with that
+                 row's own generator; rows accept different counts, roll back their own caches, re-sync their
+                 own draft text (SLEM/SLRS re-tokenize per row), and finish at their own EOS or length.
+
+What a row gets is what `xvocab.generate` gives its prompt alone with seed = seed + row: the same
+drafter code, verification rule and random streams, and logits that differ only by float
+reassociation in batched matmuls. So greedy rows equal `generate` exactly (tests/test_batch.py), and
+sampled rows follow the target's distribution (the distribution tests run through this path too).
+
+`policy` (xvocab.policy) may choose k per round, or switch speculation off, from measured costs and
+recent acceptance; it changes only how many ids are proposed, never what is emitted.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from xvocab import defaults, engine
+from xvocab.algorithms import DraftContext, Proposal
+from xvocab.algorithms.common import Side
+from xvocab.alignment.translate import common_prefix_length
+from xvocab.batch_kv import BatchDecoder
+from xvocab.errors import ConfigError
+from xvocab.pair import head_device, prepare
+from xvocab.roles import prompt_ids
+from xvocab.sampling import SamplingParams
+from xvocab.stats import Stats
+
+
+@dataclass
+class _Row:
+    """One sequence of the batch: its two sides, its generators, what it has emitted and measured."""
+
+    index: int
+    t_side: Side
+    d_side: Side
+    ctx: DraftContext
+    generator: torch.Generator
+    stats: Stats
+    drafting: bool
+    out: list[int] = field(default_factory=list)
+    done: bool = False
+    wall: float = 0.0
+    forwards: int = 0         # target forwards this row took part in
+    draft_forwards: int = 0
+
+
+def _start(drafting) -> tuple[list[int] | None, Proposal | None]:
+    """Advance a drafter call to its first request: (sequence asked about, None) or (None, its Proposal)."""
+    if isinstance(drafting, Proposal):
+        return None, drafting
+    return _resume(drafting, None)
+
+
+def _resume(drafting, logits) -> tuple[list[int] | None, Proposal | None]:
+    try:
+        return (next(drafting) if logits is None else drafting.send(logits)), None
+    except StopIteration as done:
+        return None, done.value
+
+
+def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, draft_tokenizer=None,
+                   algorithm: str = defaults.ALGORITHM, k: int = defaults.K,
+                   max_new_tokens: int = defaults.MAX_NEW_TOKENS, temperature: float = defaults.TEMPERATURE,
+                   top_k: int = defaults.TOP_K, top_p: float = defaults.TOP_P, seed: int | list[int] = defaults.SEED,
+                   draft_confidence: float = defaults.DRAFT_CONFIDENCE, draft_encoding: str | None = None,
+                   policy=None, progress: bool = False) -> list[engine.Output]:
+    """Continue every prompt of `prompts` with `target`, drafted by `draft` through `algorithm`, as one batch.
+
+    Row i is decoded as `xvocab.generate(prompts[i], ..., seed=seed + i)` would decode it (module docstring;
+    `seed` may also be a list, one seed per row);
+    the arguments mean what they mean there. `policy` (an xvocab.policy.Policy, optional) picks each round's
+    draft length, 0 meaning no speculation, and records its choices in `policy.log`. Returns one Output per
+    prompt, in order; each Output's stats are that row's (its wall time is when it finished).
+    """
+    if isinstance(prompts, str) or not prompts:
+        raise ConfigError("generate_batch takes a non-empty list of prompts; use xvocab.generate for one prompt")
+    if not 0 <= draft_confidence <= 1:
+        raise ConfigError(f"draft_confidence={draft_confidence} is outside [0, 1]; use 0 to always draft k tokens")
+    for prompt in prompts:
+        engine._validate(prompt, target_tokenizer, draft, draft_tokenizer, algorithm, k, max_new_tokens)
+    seeds = [seed + i for i in range(len(prompts))] if isinstance(seed, int) else list(seed)
+    if len(seeds) != len(prompts):
+        raise ConfigError(f"{len(seeds)} seeds for {len(prompts)} prompts; pass one seed per prompt, or an int")
+    params = SamplingParams(temperature, top_k, top_p)
+    wall0 = time.perf_counter()
+    speculating = algorithm != "ar"
+    pair = prepare(target, target_tokenizer, draft if speculating else None, draft_tokenizer,
+                   draft_encoding=draft_encoding)
+    device = head_device(target)
+    d_device = head_device(draft) if speculating else device
+    t_prompts = [prompt_ids(target_tokenizer, p) for p in prompts]
+    for ids in t_prompts:
+        engine._check_context(target, len(ids), max_new_tokens)
+    t_dec = BatchDecoder(target, len(prompts), max(map(len, t_prompts)) + max_new_tokens + k)
+    d_dec = None
+    rows = []
+    for i, (prompt, t_prompt) in enumerate(zip(prompts, t_prompts)):
+        generator = torch.Generator(device=device).manual_seed(seeds[i])
+        draft_generator = generator if d_device == device else torch.Generator(device=d_device).manual_seed(seeds[i] + 1)
+        t_side = Side(None, pair.target_codec, t_prompt)
+        d_side = Side(None, pair.draft_codec, pair.draft_prompt(prompt)) if speculating else t_side
+        ctx = DraftContext(t_side, d_side, params, draft_generator, pair.same_vocab, pair.tables, draft_confidence)
+        rows.append(_Row(i, t_side, d_side, ctx, generator, Stats(k=k), speculating))
+    if speculating:
+        d_dec = BatchDecoder(draft, len(prompts), max(len(r.d_side.prompt) for r in rows) + 2 * (max_new_tokens + k))
+    eos = pair.eos
+    rounds = 0
+    bar = _bar(progress, len(prompts) * max_new_tokens)
+    while any(not r.done for r in rows):
+        live = [r for r in rows if not r.done]
+        k_round = policy.choose(k, len(live)) if policy is not None else k
+        proposals = _draft_round(live, algorithm, k_round, max_new_tokens, d_dec)
+        asks = {r.index: (r.t_side.full(), proposals[r.index].ids) for r in live}
+        t_start = time.perf_counter()
+        logits = t_dec.step(asks)
+        now = time.perf_counter()
+        accepted = []
+        for r in live:
+            proposal = proposals[r.index]
+            r.forwards += 1
+            n_acc, nxt = engine.verify_proposal(logits[r.index], proposal, params, r.generator)
+            accepted.append((len(proposal.ids), n_acc))
+            new = proposal.ids[:n_acc] + [nxt]
+            r.stats.record_step(len(proposal.ids), n_acc, first_token=not r.out, now=now - wall0)
+            stop = next((j for j, x in enumerate(new) if x in eos), None)
+            room = max_new_tokens - len(r.out)
+            new = new[: room if stop is None else min(stop + 1, room)]
+            r.out += new
+            bar.update(len(new))
+            r.t_side.rewind(len(r.t_side.stream.ids), new)
+            if stop is not None or len(r.out) >= max_new_tokens:
+                r.done, r.wall = True, time.perf_counter() - wall0
+                t_dec.drop(r.index)
+                if d_dec is not None:
+                    d_dec.drop(r.index)
+            elif r.drafting:
+                if pair.same_vocab:
+                    keep = common_prefix_length(r.d_side.stream.ids, r.t_side.stream.ids)
+                    r.d_side.rewind(keep, list(r.t_side.stream.ids[keep:]))
+                else:
+                    r.ctx.sync_draft(r.t_side.stream.text)
+        if policy is not None:
+            policy.observe(k_round, len(live), accepted, verify_seconds=now - t_start)
+        rounds += 1
+    bar.close()
+    outputs = []
+    for r in rows:
+        r.stats.finish(new_tokens=len(r.out), wall_seconds=r.wall, target_forwards=r.forwards,
+                       prompt_tokens=len(r.t_side.prompt), target_tokens_fed=t_dec.row_tokens[r.index],
+                       draft_forwards=d_dec.row_forwards[r.index] if d_dec is not None else 0,
+                       draft_tokens_fed=d_dec.row_tokens[r.index] if d_dec is not None else 0,
+                       align_seconds=r.ctx.align_seconds)
+        outputs.append(engine.Output(r.out, target_tokenizer.decode(r.out, skip_special_tokens=True), r.stats))
+    return outputs
+
+
+def _draft_round(live: list[_Row], algorithm: str, k: int, max_new_tokens: int,
+                 d_dec: BatchDecoder | None) -> dict[int, Proposal]:
+    """Every live row's proposal for this round, the draft forwards batched across rows."""
+    proposals: dict[int, Proposal] = {}
+    calls, asks = {}, {}
+    for r in live:
+        budget = min(k, max_new_tokens - len(r.out) - 1)
+        if not r.drafting or budget <= 0:
+            proposals[r.index] = Proposal([])
+            continue
+        calls[r.index] = engine.DRAFTERS[algorithm](r.ctx, budget)
+        asks[r.index], done = _start(calls[r.index])
+        if done is not None:
+            proposals[r.index] = done
+            del asks[r.index]
+    by_index = {r.index: r for r in live}
+    while asks:
+        for i in [i for i, seq in asks.items() if d_dec.limit is not None and len(seq) > d_dec.limit]:
+            # The draft's context is full: this row's target decodes on alone (still exact), as in generate.
+            row = by_index[i]
+            row.drafting, row.stats.draft_stopped_at = False, len(row.out)
+            proposals[i] = Proposal([])
+            del asks[i]
+        logits = d_dec.step({i: (seq, []) for i, seq in asks.items()})
+        nxt = {}
+        for i in asks:
+            by_index[i].draft_forwards += 1
+            nxt[i], done = _resume(calls[i], logits[i][-1])
+            if done is not None:
+                proposals[i] = done
+                del nxt[i]
+        asks = {i: seq for i, seq in nxt.items() if seq is not None}
+    for r in live:  # proposals past the last token still to emit are never used: the bonus token covers it
+        proposals[r.index] = proposals[r.index].truncated(max_new_tokens - len(r.out) - 1)
+    return proposals
+
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _bar(progress: bool, total: int):
+    if not progress:
+        return _NoBar()
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc="generate_batch", unit="tok")

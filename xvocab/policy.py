@@ -1,0 +1,130 @@
+"""When and how far to speculate: the draft length k of each round, from measured costs and recent acceptance.
+
+Model. With per-position acceptance a (the chance a drafted id is accepted once every id before it was), a
+round drafting k ids emits on average E(k) = (1 - a^(k+1)) / (1 - a) tokens per row (the accepted ids plus
+the target's own) and costs k d(b) + t(b, k + 1) seconds at batch size b, with d(b) one draft forward of b
+rows (one token each) and t(b, n) one target forward of b rows (n tokens each). The policy picks the k in
+0..k_max with the most tokens per second, E(k) / cost(k); k = 0 is plain decoding (one token for t(b, 1)).
+In the paper's terms E(k) is tau and cost / t(b, 1) is k c + v, so speculation is switched off exactly when
+the bound tau / (k c + v) at this batch size is below 1 for every k.
+
+Costs: `measure_costs` times both models' batched forwards (xvocab.batch_kv) at the batch sizes asked for,
+before decoding; as rows finish, the policy reads the costs of the smallest measured batch size at least
+the live one. Acceptance: a = accepted / (accepted + rejections) over the last `window` rounds (the
+maximum-likelihood estimate for a geometric count of accepted ids cut at the proposal's length), `prior`
+until anything is observed. With speculation off nothing is observed, so every `probe_every` rounds off it
+drafts k_max once.
+
+Invariant: the policy changes how many ids are proposed, never which token is emitted; every algorithm is
+lossless for any k (tests/test_batch.py compares outputs with the policy on and off).
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import torch
+
+from xvocab.batch_kv import BatchDecoder
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Measured seconds: `draft[b]` one draft forward of b rows; `target[b][n]` one target forward of b rows,
+    n tokens each."""
+
+    draft: dict[int, float]
+    target: dict[int, dict[int, float]]
+
+    def at(self, batch: int) -> int:
+        """The measured batch size to read for `batch` live rows: the smallest at least it, else the largest."""
+        sizes = sorted(self.target)
+        return next((b for b in sizes if b >= batch), sizes[-1])
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@torch.inference_mode()
+def batch_forward_s(model, *, rows: int, new_tokens: int, context: int = 128, reps: int = 5, seed: int = 0) -> float:
+    """Median seconds of one forward of `rows` rows, `new_tokens` each, after `context` cached tokens."""
+    gen = torch.Generator().manual_seed(seed)
+    vocab = model.get_input_embeddings().weight.shape[0]
+    prefix = [torch.randint(vocab, (context,), generator=gen).tolist() for _ in range(rows)]
+    extra = torch.randint(vocab, (new_tokens,), generator=gen).tolist()
+    decoder = BatchDecoder(model, rows, context + new_tokens + 1)
+    decoder.step({r: (p, []) for r, p in enumerate(prefix)})
+    times = []
+    for _ in range(reps + 1):  # one untimed warm-up call
+        _sync(decoder.device)
+        start = time.perf_counter()
+        decoder.step({r: (p, extra[:-1]) if new_tokens > 1 else (p, []) for r, p in enumerate(prefix)})
+        _sync(decoder.device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[1:])
+
+
+def measure_costs(target, draft, *, batch_sizes: list[int], k: int, context: int = 128, reps: int = 5) -> Costs:
+    """The Costs of a pair at each batch size: draft one-token forwards, target forwards of 1..k+1 tokens."""
+    return Costs(draft={b: batch_forward_s(draft, rows=b, new_tokens=1, context=context, reps=reps)
+                        for b in batch_sizes},
+                 target={b: {n: batch_forward_s(target, rows=b, new_tokens=n, context=context, reps=reps)
+                             for n in range(1, k + 2)} for b in batch_sizes})
+
+
+def expected_tokens(a: float, k: int) -> float:
+    """E(k) = 1 + a + ... + a^k: tokens a round of k drafted ids emits per row at acceptance a."""
+    return float(k + 1) if a >= 1 else (1 - a ** (k + 1)) / (1 - a)
+
+
+@dataclass
+class Policy:
+    """See the module docstring. `log` holds one record per round: batch, k chosen, acceptance estimate,
+    the predicted tokens/s of every k, what was accepted."""
+
+    costs: Costs
+    prior: float = 0.5
+    window: int = 8
+    probe_every: int = 16
+    log: list[dict] = field(default_factory=list)
+    _seen: deque = field(default_factory=deque)
+    _off_rounds: int = 0
+
+    def acceptance(self) -> float:
+        accepted = sum(m for rounds in self._seen for _, m in rounds)
+        rejected = sum(n > m for rounds in self._seen for n, m in rounds)
+        return self.prior if accepted + rejected == 0 else accepted / (accepted + rejected)
+
+    def rates(self, k_max: int, batch: int) -> dict[int, float]:
+        """{k: predicted tokens per second over the batch} for k in 0..k_max."""
+        b = self.costs.at(batch)
+        a = self.acceptance()
+        t, d = self.costs.target[b], self.costs.draft[b]
+        return {k: batch * expected_tokens(a, k) / (k * d + t[min(k + 1, max(t))]) for k in range(k_max + 1)}
+
+    def choose(self, k_max: int, batch: int) -> int:
+        rates = self.rates(k_max, batch)
+        k = max(rates, key=lambda j: (rates[j], -j))  # ties: the shorter draft
+        if k == 0:
+            self._off_rounds += 1
+            if self._off_rounds % self.probe_every == 0:
+                k = k_max  # a probe: acceptance is only seen while drafting
+        else:
+            self._off_rounds = 0
+        self.log.append({"batch": batch, "k": k, "acceptance": round(self.acceptance(), 4),
+                         "rates": {j: round(r, 2) for j, r in rates.items()}})
+        return k
+
+    def observe(self, k: int, batch: int, accepted: list[tuple[int, int]], verify_seconds: float) -> None:
+        """One round's (proposed, accepted) per row; rounds without proposals teach nothing."""
+        if self.log:
+            self.log[-1].update(accepted=[m for _, m in accepted], verify_s=round(verify_seconds, 5))
+        rounds = [(n, m) for n, m in accepted if n > 0]
+        if rounds:
+            self._seen.append(rounds)
+            while len(self._seen) > self.window:
+                self._seen.popleft()
