@@ -282,6 +282,19 @@ def test_bench_vs_hf_runs_side_by_side_on_tiny_models(tmp_path):
     assert list(tmp_path.glob("*.md")) and list(tmp_path.glob("*.jsonl"))
 
 
+def test_batch_bench_compares_batch_sizes_side_by_side_on_tiny_models(tmp_path):
+    from experiments import batch_bench
+
+    rows = batch_bench.main(["--pair", "tiny:starcoder:1", "mirror:refact", "--dataset", "tiny", "--prompts", "2",
+                             "--batch-sizes", "1", "2", "--max-new-tokens", "6", "--threads", "1", "--out", str(tmp_path)])
+    by = {(r["batch_size"], r["method"]): r for r in rows}
+    assert set(by) == {(1, "ar (sequential)")} | {(b, m) for b in (1, 2) for m in batch_bench.METHODS}
+    assert all(r["equals_ar"] == 1.0 for r in rows if "equals_ar" in r)   # greedy: every batched method = ar
+    assert 0 <= by[2, "slem+policy"]["speculated"] <= 1
+    text = (tmp_path / "batch_bench.md").read_text()
+    assert "x sequential ar" in text and len(records.read(tmp_path / "records.jsonl")) == len(rows)
+
+
 def test_sampling_check_and_costs_commands_on_tiny_models(tmp_path):
     """Both commands run end to end and write their records. Twelve draws say nothing about losslessness
     (tests/test_distributions.py proves that, with controls); the statistic itself is tested below."""

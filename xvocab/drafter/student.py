@@ -211,7 +211,7 @@ def train_student(model, teacher_docs: list[list[int]], raw_docs: list[list[int]
                   weight_decay: float, raw_fraction: float, checkpoint_every: int, eval_every: int, seed: int,
                   pad_id: int, autocast: bool, micro_batches: int = 1, time_budget_s: float | None = None,
                   teacher_soft: list[dict | None] | None = None, holdout_soft: list[dict | None] | None = None,
-                  distill: Distill = Distill()) -> tuple[object, dict]:
+                  distill: Distill = Distill(), log_start: bool = False) -> tuple[object, dict]:
     """Train `model` in place up to `steps`, resuming from `work_dir/checkpoint.pt`.
 
     Returns (model, progress) with progress = {step, tokens, seconds}, totals over every session.
@@ -220,6 +220,7 @@ def train_student(model, teacher_docs: list[list[int]], raw_docs: list[list[int]
     `micro_batches`: pieces of similar length per step (see `_accumulate`); the update is the same.
     `teacher_soft`/`holdout_soft`: soft targets of each teacher/held-out document (xvocab.drafter.distill),
     used with weight `distill.weight`; the held-out divergences are logged as val_fkl and val_tv.
+    `log_start`: also log the held-out losses before the first step (a run continuing a trained drafter).
     """
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -237,11 +238,12 @@ def train_student(model, teacher_docs: list[list[int]], raw_docs: list[list[int]
         progress = {key: state[key] for key in progress}
     step, seconds0 = progress["step"], progress["seconds"]
     start, tokens = time.perf_counter(), 0
-    if step == 0 and holdout and holdout_soft is not None:  # where a distilling run starts from (init_from)
+    if step == 0 and holdout and log_start:  # where a run continuing a drafter starts from
         first = {"step": 0, "tokens": 0, "seconds": 0.0,
                  "val_loss": round(evaluate(model, holdout, pad_id=pad_id, batch_size=batch_size, autocast=autocast), 4),
-                 **{k: round(v, 4) for k, v in evaluate_distill(model, holdout, holdout_soft, pad_id=pad_id,
-                                                                batch_size=batch_size, autocast=autocast).items()}}
+                 **({k: round(v, 4) for k, v in evaluate_distill(model, holdout, holdout_soft, pad_id=pad_id,
+                                                                 batch_size=batch_size, autocast=autocast).items()}
+                    if holdout_soft is not None else {})}
         with open(log_path, "a", encoding="utf-8") as log:
             log.write(json.dumps(first) + "\n")
     model.train()

@@ -67,8 +67,12 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
     if distill.loss not in KINDS or not 0.0 <= distill.weight <= 1.0:
         raise ConfigError(f"student.distill_loss={distill.loss!r}, student.distill_weight={distill.weight}: "
                           f"choose the loss from {', '.join(KINDS)} and a weight in [0, 1]")
+    meta_path = teacher_dir / "meta.json"
+    recorded = meta_path.exists() and json.loads(meta_path.read_text()).get("top_k", 0) > 0
+    # Recorded distributions are read whenever there are some and the draft is aligned: a run without the
+    # divergence (weight 0) then trains on the same token sequences and still logs the held-out divergences.
     rows = read_teacher_text(teacher_dir, max_shards=math.ceil(cfg.teacher.n_prompts / cfg.teacher.batch_size),
-                             distributions=distill.weight > 0)
+                             distributions=distill.weight > 0 or (recorded and s.encoding == "aligned"))
     if not rows:
         raise ConfigError(f"no teacher text under {teacher_dir}; run the teacher stage first (stage=teacher or all)")
     tokenizer = zoo.tokenizer(cfg.draft_tokenizer)
@@ -94,12 +98,15 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
           f"{len(raw_docs)} raw pieces; bf16 autocast {autocast}"
           + (f"; distilling {distill.loss} (weight {distill.weight}) on {sum(len(x['rows']) for x in soft)} target "
              f"positions, mean mass outside the recorded top-{cfg.teacher.top_k}: {rest:.4f}" if soft else ""))
+    if soft is not None and not distill.weight:
+        print("recorded distributions are used for the held-out divergences only (student.distill_weight=0)")
     model, progress = train_student(model, train_docs, raw_docs, holdout, work, steps=s.steps, batch_size=s.batch_size,
                                     lr=s.lr, min_lr=s.min_lr, warmup=s.warmup, weight_decay=s.weight_decay,
                                     raw_fraction=s.raw_fraction, checkpoint_every=s.checkpoint_every,
                                     eval_every=s.eval_every, seed=cfg.seed, pad_id=pad_id, autocast=autocast,
                                     micro_batches=s.micro_batches, time_budget_s=s.time_budget_s,
-                                    teacher_soft=train_soft, holdout_soft=holdout_soft, distill=distill)
+                                    teacher_soft=train_soft, holdout_soft=holdout_soft, distill=distill,
+                                    log_start=bool(s.init_from))
     log = records.read(work / "train_log.jsonl")  # complete lines only: a kill can cut the last one
     val = [r["val_loss"] for r in log if "val_loss" in r]
     extra = {"target": cfg.target, "draft_tokenizer": cfg.draft_tokenizer, "shape": shape_of(model),
@@ -108,7 +115,7 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
              "train_tokens_available": sum(map(len, train_docs)), "raw_pieces": len(raw_docs),
              "final_val_loss": val[-1] if val else None, "init_from": s.init_from,
              "distill": {"weight": distill.weight, "loss": distill.loss, "teacher_rest_mass": rest}
-             if soft is not None else None,
+             if soft is not None and distill.weight else None,
              "final_val_tv": next((r["val_tv"] for r in reversed(log) if "val_tv" in r), None),
              "device": device, "python": platform.python_version(), "torch": torch.__version__,
              "command": command}
@@ -122,10 +129,10 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
 def _documents(rows: list[dict], tokenizer, aligned, seq_len: int, distill: Distill):
     """(draft documents, their soft targets or None, mean teacher mass outside the recorded top-k or None).
 
-    Text-only: prompt + completion encoded as the drafter reads text. Distilling: the prompt encoded, then the
-    target's generated ids written in the aligned encoding, with the recorded distributions mapped onto draft
-    ids at the positions that predict them (xvocab.drafter.distill)."""
-    if not distill.weight:
+    Text only: prompt + completion encoded as the drafter reads text. With recorded distributions (always when
+    distilling): the prompt encoded, then the target's generated ids written in the aligned encoding, with
+    the distributions mapped onto draft ids at the positions that predict them (xvocab.drafter.distill)."""
+    if not distill.weight and not (aligned is not None and rows and "dist" in rows[0]):
         return encode_documents(tokenizer, [r["prompt"] + r["completion"] for r in rows], seq_len, aligned), None, None
     if aligned is None:
         raise ConfigError("student.distill_weight > 0 needs student.encoding=aligned: the target's distributions are "
