@@ -21,4 +21,15 @@ test: setup
 	$(PY) -m xvocab.zoo fetch
 	$(PY) -m pytest -q
 
-.PHONY: setup demo test
+# What a GPU session carries (experiments/gpu_session.sh): transformers 5.24 and regex wheels, and the converted
+# tokenizers tests/test_cuda.py and experiments.gpu_bench read. gpu_carry/ is git-ignored.
+GPU_TOKENIZERS := starcoder refact gemma-4 llama-bpe qwen2 deepseek-coder
+gpu-carry: setup
+	$(PY) -m xvocab.zoo fetch
+	rm -rf gpu_carry && mkdir -p gpu_carry/wheels
+	$(PY) -m pip download --quiet --no-deps --dest gpu_carry/wheels transformers==5.24.0 regex
+	cd $$($(PY) -c "from xvocab.zoo.cache import cache_dir; print(cache_dir())") && \
+	  tar czf $(CURDIR)/gpu_carry/xvocab-cache.tar.gz $(foreach t,$(GPU_TOKENIZERS),$$(ls -d tokenizers/$(t)-*v3 | tail -1))
+	du -sh gpu_carry
+
+.PHONY: setup demo test gpu-carry

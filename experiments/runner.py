@@ -168,7 +168,7 @@ def _run_batches(todo: list, cfg: dict, conf: dict, algorithm: str, models, path
                                      seed=[cfg["seed"] + index for index, _ in chunk],
                                      draft_confidence=cfg["draft_confidence"],
                                      draft_encoding=None if algorithm == "ar" else cfg.get("draft_encoding"),
-                                     policy=policy)
+                                     policy=policy, graphs=cfg["cache"] == "graph")
         batch = {"id": f"{records.config_hash(conf)}:{chunk[0][1]['id']}", "rows": len(chunk),
                  "wall_seconds": time.perf_counter() - began}
         if policy is not None:

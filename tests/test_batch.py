@@ -93,6 +93,36 @@ def test_batch_decoder_equals_one_decoder_per_row_across_rollbacks_and_the_slidi
     assert (blind.step({0: (long, [])})[0] - Decoder(model).step(long)).abs().max() > 1e-3
 
 
+def test_fixed_shape_steps_equal_one_decoder_per_row():
+    """The shapes CUDA graphs replay (every row, widths padded to a bucket, rows not asked feeding padding past
+    their ends) change no row's logits: run eagerly here, replayed on a GPU in tests/test_cuda.py."""
+    tok = xvocab.zoo.tokenizer("gemma-4")
+    model = xvocab.zoo.tiny_model(tok, seed=2, sliding_window=6)
+    gen = torch.Generator().manual_seed(1)
+    seqs = [torch.randint(5, 2000, (n,), generator=gen).tolist() for n in (5, 14, 3)]
+    fixed, alone = BatchDecoder(model, 3, capacity=64, graphs=True), [Decoder(model) for _ in seqs]
+    rounds = [{i: (s, []) for i, s in enumerate(seqs)},
+              {0: (seqs[0], [7, 8, 9])},                                          # width 4, rows 1 and 2 idle
+              {1: (seqs[1][:-4] + [50, 51], [5, 6]), 2: (seqs[2], [1])},          # width 5 -> bucket 8
+              {0: (seqs[0] + [7, 8], [])}, {1: (seqs[1][:-4] + [50, 51, 5] + list(range(60, 75)), [3])}]
+    for asks in rounds:
+        got = fixed.step(asks)
+        for i, (full, extra) in asks.items():
+            torch.testing.assert_close(got[i], alone[i].step(full, extra), atol=2e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("alg", ALGS)
+def test_the_graph_path_gives_generates_outputs(pairs, alg):
+    target, tt, draft, dt = pairs["gemma-4", "gpt-2"]
+    kw = dict(target=target, target_tokenizer=tt, algorithm=alg, k=4, max_new_tokens=20)
+    if alg != "ar":
+        kw.update(draft=draft, draft_tokenizer=dt)
+    for temperature in (0.0, 1.0):
+        for prompt in PROMPTS[:2]:
+            want = generate(prompt, temperature=temperature, seed=3, **kw).token_ids
+            assert generate(prompt, temperature=temperature, seed=3, cache="graph", **kw).token_ids == want
+
+
 @pytest.mark.parametrize("pair", PAIRS, ids=lambda p: f"{p[0]}<-{p[1]}")
 def test_greedy_rows_equal_generate_alone(pairs, pair):
     target, tt, draft, dt = pairs[pair]

@@ -28,7 +28,7 @@ from xvocab import defaults, engine
 from xvocab.algorithms import DraftContext, Proposal
 from xvocab.algorithms.common import Side
 from xvocab.alignment.translate import common_prefix_length
-from xvocab.batch_kv import BatchDecoder
+from xvocab.batch_kv import BUCKETS, BatchDecoder
 from xvocab.errors import ConfigError
 from xvocab.pair import head_device, prepare
 from xvocab.roles import prompt_ids
@@ -73,14 +73,15 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
                    max_new_tokens: int = defaults.MAX_NEW_TOKENS, temperature: float = defaults.TEMPERATURE,
                    top_k: int = defaults.TOP_K, top_p: float = defaults.TOP_P, seed: int | list[int] = defaults.SEED,
                    draft_confidence: float = defaults.DRAFT_CONFIDENCE, draft_encoding: str | None = None,
-                   policy=None, progress: bool = False) -> list[engine.Output]:
+                   policy=None, graphs: bool = False, progress: bool = False) -> list[engine.Output]:
     """Continue every prompt of `prompts` with `target`, drafted by `draft` through `algorithm`, as one batch.
 
     Row i is decoded as `xvocab.generate(prompts[i], ..., seed=seed + i)` would decode it (module docstring;
     `seed` may also be a list, one seed per row);
     the arguments mean what they mean there. `policy` (an xvocab.policy.Policy, optional) picks each round's
     draft length, 0 meaning no speculation, and records its choices in `policy.log`. Returns one Output per
-    prompt, in order; each Output's stats are that row's (its wall time is when it finished).
+    prompt, in order; each Output's stats are that row's (its wall time is when it finished). `graphs`: steps
+    of fixed shapes, replayed from CUDA graphs on a GPU (xvocab.batch_kv.BatchDecoder); the same outputs.
     """
     if isinstance(prompts, str) or not prompts:
         raise ConfigError("generate_batch takes a non-empty list of prompts; use xvocab.generate for one prompt")
@@ -101,7 +102,8 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
     t_prompts = [prompt_ids(target_tokenizer, p) for p in prompts]
     for ids in t_prompts:
         engine._check_context(target, len(ids), max_new_tokens)
-    t_dec = BatchDecoder(target, len(prompts), max(map(len, t_prompts)) + max_new_tokens + k)
+    t_dec = BatchDecoder(target, len(prompts), max(map(len, t_prompts)) + max_new_tokens + k + BUCKETS[-1],
+                         graphs=graphs)
     d_dec = None
     rows = []
     for i, (prompt, t_prompt) in enumerate(zip(prompts, t_prompts)):
@@ -112,7 +114,9 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
         ctx = DraftContext(t_side, d_side, params, draft_generator, pair.same_vocab, pair.tables, draft_confidence)
         rows.append(_Row(i, t_side, d_side, ctx, generator, Stats(k=k), speculating))
     if speculating:
-        d_dec = BatchDecoder(draft, len(prompts), max(len(r.d_side.prompt) for r in rows) + 2 * (max_new_tokens + k))
+        d_dec = BatchDecoder(draft, len(prompts),
+                             max(len(r.d_side.prompt) for r in rows) + 2 * (max_new_tokens + k) + BUCKETS[-1],
+                             graphs=graphs)
     eos = pair.eos
     rounds = 0
     bar = _bar(progress, len(prompts) * max_new_tokens)

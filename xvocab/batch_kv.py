@@ -15,7 +15,8 @@ accept). Padding queries sit after a row's last real token: their states land in
 length (never seen by a real query, overwritten later) and their logits are dropped.
 
 Invariant: for every row, the logits equal those of a Decoder fed that row alone (up to float
-reassociation in batched matmuls; tests/test_batch.py checks both and greedy equality).
+reassociation in batched matmuls; tests/test_batch.py checks both and greedy equality), with or without
+fixed shapes and CUDA graphs (`graphs`; tests/test_cuda.py replays against eager on a GPU).
 """
 from __future__ import annotations
 
@@ -70,10 +71,19 @@ def _cache(plan: dict, n_layers: int):
     return Cache(layers=[RaggedLayer(plan) for _ in range(n_layers)])
 
 
-class BatchDecoder:
-    """See the module docstring. `capacity`: positions to allocate per row (doubled when a row needs more)."""
+BUCKETS = (1, 2, 4, 8, 16)  # step widths with a fixed shape (and a CUDA graph); wider steps (prefills) run as they are
 
-    def __init__(self, model, rows: int, capacity: int = 256):
+
+class BatchDecoder:
+    """See the module docstring. `capacity`: positions to allocate per row (doubled when a row needs more).
+
+    `graphs`: steps no wider than BUCKETS[-1] run with fixed shapes, every row and the width padded to a
+    bucket (a row not asked feeds padding past its end, which changes none of its states), so SLEM's
+    variable proposal counts reuse a few shapes; on CUDA each shape is captured once as a CUDA graph and
+    replayed (kernel launches are what a small model's step costs there). Elsewhere the same fixed-shape
+    computation runs eagerly: the CPU tests prove the padding, the GPU tests prove the replays."""
+
+    def __init__(self, model, rows: int, capacity: int = 256, graphs: bool = False, capture: bool = True):
         check_rollback(model)
         self.model = model
         self.n_rows = rows
@@ -92,12 +102,18 @@ class BatchDecoder:
         self.row_tokens = [0] * rows    # per row: positions computed for it
         self.row_forwards = [0] * rows  # per row: forwards it took part in
         self.device = model.get_input_embeddings().weight.device
+        self.graphs = graphs
+        self.capture = capture  # False: fixed shapes run eagerly on CUDA too (the reference replays are tested against)
+        self._graphs: dict[int, tuple] = {}  # width -> (graph, static ids, static slots, static logits)
+        self._pool = None                    # the graphs' shared memory pool
+        self._all_rows = None
 
     def _grow(self, n: int) -> None:
         capacity = max(n, min(2 * self.capacity, self.limit or 2 * self.capacity))
         for layer in self.cache.layers:
             grow_layer(layer, capacity)
         self.capacity = self.plan["capacity"] = capacity
+        self._graphs.clear()  # captured over the old buffers: recaptured on next use
 
     def _mask(self, slots: torch.Tensor, sliding: bool) -> torch.Tensor:
         """[b, 1, q, capacity]: query at slot s sees slots <= s (and > s - window when sliding)."""
@@ -134,30 +150,85 @@ class BatchDecoder:
             starts.append(keep)
             wants.append(want)
         width = max(map(len, feeds))
+        bucket = next((b for b in BUCKETS if b >= width), None) if self.graphs else None
+        if bucket is not None:  # fixed shapes: every row, `bucket` columns (rows not asked feed padding past their end)
+            for r in range(self.n_rows):
+                if r not in asks:
+                    starts.insert(r, len(self.ids[r]))
+                    feeds.insert(r, [])
+                    wants.insert(r, 0)
+            rows, width = list(range(self.n_rows)), bucket
         need = max(s + width for s in starts)
         if need > self.capacity:
             self._grow(need)
         pad = self.model.config.get_text_config(decoder=True).pad_token_id or 0
         ids = torch.tensor([f + [pad] * (width - len(f)) for f in feeds], dtype=torch.long, device=self.device)
         slots = torch.tensor(starts, device=self.device)[:, None] + torch.arange(width, device=self.device)  # [b, q]
-        self.plan.update(rows=torch.tensor(rows, device=self.device), slots=slots, all=rows == list(range(self.n_rows)))
-        mask = ({t: self._mask(slots, sliding=t == "sliding_attention") for t in set(self.layer_types)}
-                if "sliding_attention" in self.layer_types else self._mask(slots, sliding=False))
-        # Only the columns some row reads are projected onto the vocabulary (a prompt's prefill would
-        # otherwise cost q x V per row): their union, then each row picks its own.
-        cols = sorted({j for f, w in zip(feeds, wants) for j in range(len(f) - w, len(f))})
-        where = {j: i for i, j in enumerate(cols)}
-        with packed_linears(self.model):
-            logits = self.model(input_ids=ids, attention_mask=mask, position_ids=slots, cache=self.cache,
-                                use_cache=True,
-                                logits_to_keep=torch.tensor(cols, device=self.device)).logits  # [b, len(cols), V]
+        if bucket is not None:
+            logits = self._fixed(ids, slots)                                              # [rows, bucket, V]
+            where = {j: j for j in range(width)}
+        else:
+            self.plan.update(rows=torch.tensor(rows, device=self.device), slots=slots,
+                             all=rows == list(range(self.n_rows)))
+            # Only the columns some row reads are projected onto the vocabulary (a prompt's prefill would
+            # otherwise cost q x V per row): their union, then each row picks its own.
+            cols = sorted({j for f, w in zip(feeds, wants) for j in range(len(f) - w, len(f))})
+            where = {j: i for i, j in enumerate(cols)}
+            logits = self._forward(ids, slots, torch.tensor(cols, device=self.device))    # [b, len(cols), V]
         self.forwards += 1
         self.tokens_fed += sum(map(len, feeds))
         for r, f in zip(rows, feeds):
-            self.row_tokens[r] += len(f)
-            self.row_forwards[r] += 1
+            if r in asks:
+                self.row_tokens[r] += len(f)
+                self.row_forwards[r] += 1
         return {r: logits[i, [where[j] for j in range(len(f) - w, len(f))]]
-                for i, (r, f, w) in enumerate(zip(rows, feeds, wants))}
+                for i, (r, f, w) in enumerate(zip(rows, feeds, wants)) if r in asks}
+
+    def _forward(self, ids: torch.Tensor, slots: torch.Tensor, keep) -> torch.Tensor:
+        """The model over ids [b, q] at slots [b, q] (the plan set), masks built from the slots; logits of `keep`."""
+        mask = ({t: self._mask(slots, sliding=t == "sliding_attention") for t in set(self.layer_types)}
+                if "sliding_attention" in self.layer_types else self._mask(slots, sliding=False))
+        with packed_linears(self.model):
+            return self.model(input_ids=ids, attention_mask=mask, position_ids=slots, cache=self.cache,
+                              use_cache=True, logits_to_keep=keep).logits
+
+    def _fixed(self, ids: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        """A fixed-shape step over every row: on CUDA replayed from a graph captured once per width (the inputs
+        copied into its static buffers), elsewhere the same computation run eagerly. Returns a copy."""
+        q = ids.shape[1]
+        if self.device.type != "cuda" or not self.capture:
+            self.plan.update(rows=torch.arange(self.n_rows, device=self.device), slots=slots, all=True)
+            return self._forward(ids, slots, q)
+        graph = self._graphs.get(q)
+        if graph is None:
+            graph = self._graphs[q] = self._capture(ids, slots)
+        g, static_ids, static_slots, static_out = graph
+        static_ids.copy_(ids)
+        static_slots.copy_(slots)
+        self.plan.update(rows=self._all_rows, slots=static_slots, all=True)
+        g.replay()
+        return static_out.clone()
+
+    def _capture(self, ids: torch.Tensor, slots: torch.Tensor):
+        """Capture the fixed-shape step of width ids.shape[1] as a CUDA graph over static input buffers.
+
+        Warm-up runs on a side stream first (cuBLAS workspaces, lazy allocations), as torch.cuda.graphs asks;
+        they write the current rows' padding slots only (past every row's length), so no state changes."""
+        static_ids, static_slots = ids.clone(), slots.clone()
+        self._all_rows = torch.arange(self.n_rows, device=self.device)
+        self.plan.update(rows=self._all_rows, slots=static_slots, all=True)
+        q = ids.shape[1]
+        stream = torch.cuda.Stream(self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                self._forward(static_ids, static_slots, q)
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, pool=self._pool):
+            static_out = self._forward(static_ids, static_slots, q)
+        self._pool = g.pool()
+        return g, static_ids, static_slots, static_out
 
     def drop(self, row: int) -> None:
         """Forget row `row`'s states (a finished sequence); its slots are reused by whatever it asks next."""

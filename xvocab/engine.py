@@ -98,10 +98,18 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
 
     `cache` is where both models keep their states (xvocab.kv.Decoder): `dynamic` (transformers'
     DynamicCache, the reference) or `static` (pre-allocated buffers rolled back by length: the shapes
-    CUDA graphs need). Same output either way.
+    CUDA graphs need) or `graph` (steps of a few fixed shapes over such buffers, each captured once as a CUDA
+    graph and replayed on a GPU: xvocab.batch_kv.BatchDecoder; run eagerly elsewhere). Same output either way.
     """
-    if cache not in CACHES:
-        raise ConfigError(f"cache={cache!r}; choose one of {', '.join(CACHES)}")
+    if cache not in CACHES + ("graph",):
+        raise ConfigError(f"cache={cache!r}; choose one of {', '.join(CACHES + ('graph',))}")
+    if cache == "graph":  # fixed-shape steps over one static buffer, CUDA graphs on a GPU: the batch engine's path
+        from xvocab.batch import generate_batch
+
+        return generate_batch([prompt], target=target, target_tokenizer=target_tokenizer, draft=draft,
+                              draft_tokenizer=draft_tokenizer, algorithm=algorithm, k=k, max_new_tokens=max_new_tokens,
+                              temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+                              draft_confidence=draft_confidence, draft_encoding=draft_encoding, graphs=True)[0]
     if not 0 <= draft_confidence <= 1:
         raise ConfigError(f"draft_confidence={draft_confidence} is outside [0, 1]; use 0 to always draft k tokens")
     params = SamplingParams(temperature, top_k, top_p)
