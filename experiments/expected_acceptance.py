@@ -15,7 +15,7 @@ argmaxes agree and 0 elsewhere. Positions whose prefix ends inside a UTF-8 chara
 side reads text). Writes one JSON record per prompt to OUT/records.jsonl and prints the means.
 
     python -m experiments.expected_acceptance --pair gemma-3-270m gemma-3-270m-drafter-deepseek-coder-aligned \\
-        --prompts 20 --max-new-tokens 64 --temperature 1
+        --prompts 20 --max-new-tokens 64 --temperature 1 --draft-temperatures 0 0.5 0.7
 """
 from __future__ import annotations
 
@@ -31,13 +31,17 @@ from experiments import datasets
 from experiments.runner import load_pair
 from xvocab import defaults, records
 from xvocab.kv import Decoder
+from xvocab.engine import draft_params
 from xvocab.pair import output_vocab, prepare
 from xvocab.sampling import SamplingParams, logits_to_probs
 
 
 @torch.inference_mode()
-def expected_acceptance(prompt: str, models, params: SamplingParams, max_new_tokens: int, seed: int) -> dict:
-    """{tokens, alphas}: the target's continuation and alpha_i at each of its positions (None: skipped)."""
+def expected_acceptance(prompt: str, models, params: SamplingParams, max_new_tokens: int, seed: int,
+                        draft_temperatures: tuple = (None,)) -> dict:
+    """{tokens, alphas}: the target's continuation and alpha_i at each of its positions (None: skipped), and
+    `by_draft_temperature` {t: alphas} when the draft proposes at each of `draft_temperatures` (None: the
+    target's; 0: greedy, whose alpha is p of the draft's argmax: exact-match verification)."""
     target, tt, draft, dt = models
     pair = prepare(target, tt, draft, dt)
     tli, vocab = pair.tables.tli, output_vocab(target)
@@ -46,21 +50,30 @@ def expected_acceptance(prompt: str, models, params: SamplingParams, max_new_tok
     t_dec, d_dec = Decoder(target), Decoder(draft)
     t_prompt, d_prompt = pair.target_prompt(prompt), pair.draft_prompt(prompt)
     spelled = pair.target_codec.token_bytes
-    alphas, done = [], b""
+    by = {t: [] for t in draft_temperatures}
+    done = b""
     for i, token in enumerate(out.token_ids):
         try:
             text = done.decode("utf-8")
         except UnicodeDecodeError:  # the prefix ends inside a character: no text for the draft to read
             text = None
         if text is None:
-            alphas.append(None)
+            for alphas in by.values():
+                alphas.append(None)
         else:
             p = logits_to_probs(t_dec.step(t_prompt + out.token_ids[:i])[-1], params)            # [V_target]
             d_ids = d_prompt + (pair.draft_codec.encode_continuation(text) if text else [])
-            q = logits_to_probs(tli.restrict(d_dec.step(d_ids)[-1]), params)                      # [V_draft]
-            alphas.append(float(torch.minimum(p, tli.push(q, vocab).to(p.device)).sum()))
+            logits = tli.restrict(d_dec.step(d_ids)[-1])                                          # [V_draft]
+            for t, alphas in by.items():
+                d_params = draft_params(params, t)
+                if d_params.greedy:
+                    alphas.append(float(p[tli.to_target_host[int(logits.argmax())]]))
+                else:
+                    q = logits_to_probs(logits, d_params)                                          # [V_draft]
+                    alphas.append(float(torch.minimum(p, tli.push(q, vocab).to(p.device)).sum()))
         done += spelled[token] or b""
-    return {"tokens": out.token_ids, "alphas": alphas}
+    return {"tokens": out.token_ids, "alphas": by[draft_temperatures[0]],
+            "by_draft_temperature": {str(t): a for t, a in by.items()}}
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -73,6 +86,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--temperature", type=float, default=defaults.TEMPERATURE)
     parser.add_argument("--top-k", type=int, default=defaults.TOP_K)
     parser.add_argument("--top-p", type=float, default=defaults.TOP_P)
+    parser.add_argument("--draft-temperatures", type=float, nargs="*", default=[],
+                        help="also score the draft proposing at these temperatures (0: greedy drafting)")
     parser.add_argument("--threads", type=int, default=defaults.THREADS)
     parser.add_argument("--out", type=Path, default=Path("runs/acceptance"))
     args = parser.parse_args(argv)
@@ -81,7 +96,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     params = SamplingParams(args.temperature, args.top_k, args.top_p)
     rows, env = [], records.environment()
     for index, row in enumerate(tqdm(datasets.load(args.dataset, args.prompts), desc="prompts", unit="prompt")):
-        result = expected_acceptance(row["prompt"], models, params, args.max_new_tokens, seed=index)
+        result = expected_acceptance(row["prompt"], models, params, args.max_new_tokens, seed=index,
+                                     draft_temperatures=(None, *args.draft_temperatures))
         kept = [a for a in result["alphas"] if a is not None]
         rec = {"target": args.pair[0], "draft": args.pair[1], "dataset": args.dataset, "prompt_id": row["id"],
                "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p,
@@ -97,6 +113,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
           f"{statistics.fmean(alphas):.3f} over {len(alphas)} positions of {len(rows)} prompts "
           f"(per prompt {min(means):.2f}-{max(means):.2f}); "
           f"records: {args.out / 'records.jsonl'}; {records.cpu_name()}")
+    for t in args.draft_temperatures:
+        kept = [a for r in rows for a in r["by_draft_temperature"][str(t)] if a is not None]
+        print(f"  draft proposing at T={t}: {statistics.fmean(kept):.3f}")
     return rows
 
 

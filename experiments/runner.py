@@ -72,6 +72,8 @@ def point(cfg: dict, algorithm: str) -> dict:
             # Present only when on, so records made before the option existed keep their hashes.
             **({"draft_confidence": cfg["draft_confidence"]} if cfg["draft_confidence"] and not ar else {}),
             **({"draft_encoding": cfg["draft_encoding"]} if cfg.get("draft_encoding") and not ar else {}),
+            **({"draft_temperature": cfg["draft_temperature"]}
+               if cfg.get("draft_temperature") is not None and cfg["temperature"] > 0 and not ar else {}),
             **({"cache": cfg["cache"]} if cfg.get("cache", "dynamic") != "dynamic" else {}),
             **({"batch_size": cfg["batch_size"]} if cfg.get("batch_size", 1) != 1 else {}),
             **({"policy": True} if cfg.get("policy") and not ar else {}),
@@ -85,7 +87,8 @@ def _generate(row, index, cfg, algorithm, models):
                            algorithm=algorithm, k=cfg["k"], max_new_tokens=cfg["max_new_tokens"],
                            temperature=cfg["temperature"], top_k=cfg["top_k"], top_p=cfg["top_p"],
                            seed=cfg["seed"] + index, draft_confidence=cfg["draft_confidence"],
-                           draft_encoding=None if algorithm == "ar" else cfg.get("draft_encoding"), cache=cfg["cache"])
+                           draft_encoding=None if algorithm == "ar" else cfg.get("draft_encoding"), cache=cfg["cache"],
+                           draft_temperature=cfg["draft_temperature"])
 
 
 def _record(conf: dict, row: dict, index: int, out, cfg: dict) -> dict:
@@ -168,7 +171,8 @@ def _run_batches(todo: list, cfg: dict, conf: dict, algorithm: str, models, path
                                      seed=[cfg["seed"] + index for index, _ in chunk],
                                      draft_confidence=cfg["draft_confidence"],
                                      draft_encoding=None if algorithm == "ar" else cfg.get("draft_encoding"),
-                                     policy=policy, graphs=cfg["cache"] == "graph")
+                                     policy=policy, graphs=cfg["cache"] == "graph",
+                                     draft_temperature=cfg["draft_temperature"])
         batch = {"id": f"{records.config_hash(conf)}:{chunk[0][1]['id']}", "rows": len(chunk),
                  "wall_seconds": time.perf_counter() - began}
         if policy is not None:

@@ -111,7 +111,7 @@ def test_fixed_shape_steps_equal_one_decoder_per_row():
             torch.testing.assert_close(got[i], alone[i].step(full, extra), atol=2e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("alg", ALGS)
+@pytest.mark.parametrize("alg", [pytest.param(a, marks=() if a in ("ar", "slem") else pytest.mark.slow) for a in ALGS])
 def test_the_graph_path_gives_generates_outputs(pairs, alg):
     target, tt, draft, dt = pairs["gemma-4", "gpt-2"]
     kw = dict(target=target, target_tokenizer=tt, algorithm=alg, k=4, max_new_tokens=20)
@@ -123,7 +123,12 @@ def test_the_graph_path_gives_generates_outputs(pairs, alg):
             assert generate(prompt, temperature=temperature, seed=3, cache="graph", **kw).token_ids == want
 
 
-@pytest.mark.parametrize("pair", PAIRS, ids=lambda p: f"{p[0]}<-{p[1]}")
+# Two pairs by default (SentencePiece both sides; the sliding-window Gemma 3 target), all four with -m slow.
+DEFAULT_PAIRS = (("llama-spm", "mistral-v1"), ("gemma-4", "gpt-2"))
+
+
+@pytest.mark.parametrize("pair", [pytest.param(p, marks=() if p in DEFAULT_PAIRS else pytest.mark.slow) for p in PAIRS],
+                         ids=lambda p: f"{p[0]}<-{p[1]}")
 def test_greedy_rows_equal_generate_alone(pairs, pair):
     target, tt, draft, dt = pairs[pair]
     for alg in ALGS:
@@ -137,7 +142,8 @@ def test_greedy_rows_equal_generate_alone(pairs, pair):
     assert len({len(r.token_ids) for r in rows}) > 1  # rows finished at different times
 
 
-@pytest.mark.parametrize("alg", ["slem", "tli", "slrs"])
+@pytest.mark.parametrize("alg", ["tli", pytest.param("slem", marks=pytest.mark.slow),
+                                 pytest.param("slrs", marks=pytest.mark.slow)])
 def test_sampled_rows_equal_generate_alone_with_the_rows_seed(pairs, alg):
     target, tt, draft, dt = pairs["llama-spm", "mistral-v1"]
     kw = dict(target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt, algorithm=alg, k=3,
@@ -190,3 +196,12 @@ def test_the_policy_never_changes_greedy_outputs(pairs, alg):
     steered = [r.token_ids for r in generate_batch(PROMPTS, policy=policy, **kw)]
     assert steered == plain
     assert len({entry["k"] for entry in policy.log}) >= 2, policy.log  # it did change k
+
+
+def test_draft_temperature_is_ignored_when_greedy_and_checked(pairs):
+    target, tt, draft, dt = pairs["llama-spm", "mistral-v1"]
+    kw = dict(target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt, algorithm="tli", k=3,
+              max_new_tokens=12)
+    assert generate(PROMPTS[0], draft_temperature=0.3, **kw).token_ids == generate(PROMPTS[0], **kw).token_ids
+    with pytest.raises(ConfigError, match="draft_temperature"):
+        generate(PROMPTS[0], temperature=1.0, draft_temperature=-1.0, **kw)

@@ -148,7 +148,7 @@ def cases():
     return out
 
 
-def sampled_pvalue(case, alg, params, n=N, k=2, tokens=TOKENS, batch=0, policy=None):
+def sampled_pvalue(case, alg, params, n=N, k=2, tokens=TOKENS, batch=0, policy=None, **extra):
     """p-value of n sequences sampled with seeds 0..n-1, one `generate` call each, or with batch > 0 through
     `generate_batch` in batches of that many rows (row i of a batch seeded seed + i: the same seeds), with a
     fresh `policy()` per batch if given."""
@@ -157,7 +157,7 @@ def sampled_pvalue(case, alg, params, n=N, k=2, tokens=TOKENS, batch=0, policy=N
     assert len(exact) > 3  # a distribution with real choices
     counts = collections.Counter()
     kw = dict(target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt, algorithm=alg, k=k,
-              max_new_tokens=tokens, temperature=params.temperature, top_k=params.top_k, top_p=params.top_p)
+              max_new_tokens=tokens, temperature=params.temperature, top_k=params.top_k, top_p=params.top_p, **extra)
     if batch:
         for start in range(0, n, batch):
             for out in batched.generate_batch([PROMPT] * min(batch, n - start), seed=start,
@@ -265,13 +265,22 @@ def test_each_negative_control_is_rejected(cases, alg, monkeypatch):
     assert sampled_pvalue(cases[case], alg, SETTINGS["T1-top_k3"]) < ALPHA
 
 
-# Through xvocab.batch: the default slice (one case per algorithm) and every negative control.
+# Through xvocab.batch: one case per algorithm and every negative control (slem and tli by default).
 BATCHED = [("slem", "starcoder<-refact"), ("tli", "llama-spm<-gpt-2"), ("slrs", "psi"), ("sd", "gpt-2+96/+0")]
+BATCHED_DEFAULT = ("slem", "tli")
 
 
-@pytest.mark.parametrize("alg,case", BATCHED, ids=lambda x: str(x))
+@pytest.mark.parametrize("alg,case", [pytest.param(*b, marks=() if b[0] in BATCHED_DEFAULT else pytest.mark.slow)
+                                      for b in BATCHED], ids=lambda x: str(x))
 def test_sampled_sequences_follow_the_target_through_the_batched_path(cases, alg, case):
     assert sampled_pvalue(cases[case], alg, SETTINGS["T1-top_k3"], batch=50) > ALPHA
+
+
+@pytest.mark.parametrize("alg,case,draft_temperature", [("tli", "llama-spm<-gpt-2", 0.5),
+                                                        ("slem", "starcoder<-refact", 0.0)])
+def test_a_colder_or_greedy_draft_changes_no_distribution(cases, alg, case, draft_temperature):
+    """The draft proposing at another temperature than the target (0: greedy drafting, verified by exact match)."""
+    assert sampled_pvalue(cases[case], alg, SETTINGS["T1-top_k3"], draft_temperature=draft_temperature) > ALPHA
 
 
 def test_sampled_sequences_follow_the_target_whatever_the_policy_chooses(cases):
@@ -280,7 +289,8 @@ def test_sampled_sequences_follow_the_target_whatever_the_policy_chooses(cases):
                           policy=flipping_policy) > ALPHA
 
 
-@pytest.mark.parametrize("alg", list(CONTROLS))
+@pytest.mark.parametrize("alg", [pytest.param(a, marks=() if a in BATCHED_DEFAULT else pytest.mark.slow)
+                                 for a in CONTROLS])
 def test_each_negative_control_is_rejected_through_the_batched_path(cases, alg, monkeypatch):
     case, patch = CONTROLS[alg]
     patch(monkeypatch)

@@ -73,7 +73,8 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
                    max_new_tokens: int = defaults.MAX_NEW_TOKENS, temperature: float = defaults.TEMPERATURE,
                    top_k: int = defaults.TOP_K, top_p: float = defaults.TOP_P, seed: int | list[int] = defaults.SEED,
                    draft_confidence: float = defaults.DRAFT_CONFIDENCE, draft_encoding: str | None = None,
-                   policy=None, graphs: bool = False, progress: bool = False) -> list[engine.Output]:
+                   policy=None, graphs: bool = False, draft_temperature: float | None = defaults.DRAFT_TEMPERATURE,
+                   progress: bool = False) -> list[engine.Output]:
     """Continue every prompt of `prompts` with `target`, drafted by `draft` through `algorithm`, as one batch.
 
     Row i is decoded as `xvocab.generate(prompts[i], ..., seed=seed + i)` would decode it (module docstring;
@@ -111,7 +112,8 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
         draft_generator = generator if d_device == device else torch.Generator(device=d_device).manual_seed(seeds[i] + 1)
         t_side = Side(None, pair.target_codec, t_prompt)
         d_side = Side(None, pair.draft_codec, pair.draft_prompt(prompt)) if speculating else t_side
-        ctx = DraftContext(t_side, d_side, params, draft_generator, pair.same_vocab, pair.tables, draft_confidence)
+        ctx = DraftContext(t_side, d_side, engine.draft_params(params, draft_temperature), draft_generator,
+                           pair.same_vocab, pair.tables, draft_confidence)
         rows.append(_Row(i, t_side, d_side, ctx, generator, Stats(k=k), speculating))
     if speculating:
         d_dec = BatchDecoder(draft, len(prompts),

@@ -65,6 +65,15 @@ def _check_context(target, n_prompt: int, max_new_tokens: int) -> None:
                           f"target's context of {limit}; shorten the prompt or lower max_new_tokens")
 
 
+def draft_params(params: SamplingParams, draft_temperature: float | None) -> SamplingParams:
+    """The sampling the draft proposes with: the target's, or at `draft_temperature` when the target samples."""
+    if draft_temperature is None or params.greedy:
+        return params
+    if draft_temperature < 0:
+        raise ConfigError(f"draft_temperature={draft_temperature} is negative; use 0 (greedy drafting) or more")
+    return SamplingParams(draft_temperature, params.top_k, params.top_p)
+
+
 def verify_proposal(logits: torch.Tensor, proposal: Proposal, params: SamplingParams,
                     generator: torch.Generator) -> tuple[int, int]:
     """(accepted count, next id) for `proposal` given the target's logits [n + 1, V] after the sequence and after
@@ -85,7 +94,8 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
              algorithm: str = defaults.ALGORITHM, k: int = defaults.K, max_new_tokens: int = defaults.MAX_NEW_TOKENS,
              temperature: float = defaults.TEMPERATURE, top_k: int = defaults.TOP_K, top_p: float = defaults.TOP_P,
              seed: int = defaults.SEED, draft_confidence: float = defaults.DRAFT_CONFIDENCE,
-             draft_encoding: str | None = None, cache: str = defaults.CACHE) -> Output:
+             draft_encoding: str | None = None, cache: str = defaults.CACHE,
+             draft_temperature: float | None = defaults.DRAFT_TEMPERATURE) -> Output:
     """Continue `prompt` with `target`, drafted by `draft` through `algorithm`; lossless for every algorithm.
 
     `draft_confidence` > 0 stops a draft early, after a token the draft itself gives less than that
@@ -95,6 +105,11 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
     `draft_encoding` is how the draft side tokenizes text: `native` (its own tokenizer) or `aligned`
     (the target's segmentation written in draft ids, xvocab.alignment.aligned); None takes what the
     draft's config says it was trained on (`xvocab_draft_encoding`), else native. Lossless either way.
+
+    `draft_temperature` is the temperature the draft samples its proposals at when the target samples (None:
+    the target's). Any proposal distribution is verified exactly, so it changes acceptance, never the output:
+    a drafter flatter than the target gains from sampling colder; 0 drafts greedily (then verified by exact
+    match, as vLLM drafts). Ignored at temperature 0 (the draft is greedy there).
 
     `cache` is where both models keep their states (xvocab.kv.Decoder): `dynamic` (transformers'
     DynamicCache, the reference) or `static` (pre-allocated buffers rolled back by length: the shapes
@@ -109,7 +124,8 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
         return generate_batch([prompt], target=target, target_tokenizer=target_tokenizer, draft=draft,
                               draft_tokenizer=draft_tokenizer, algorithm=algorithm, k=k, max_new_tokens=max_new_tokens,
                               temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-                              draft_confidence=draft_confidence, draft_encoding=draft_encoding, graphs=True)[0]
+                              draft_confidence=draft_confidence, draft_encoding=draft_encoding, graphs=True,
+                              draft_temperature=draft_temperature)[0]
     if not 0 <= draft_confidence <= 1:
         raise ConfigError(f"draft_confidence={draft_confidence} is outside [0, 1]; use 0 to always draft k tokens")
     params = SamplingParams(temperature, top_k, top_p)
@@ -132,7 +148,8 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
     d_device = head_device(draft) if drafting else device
     # Drafting draws from its own generator on the draft's device (a second stream of the same seed).
     draft_generator = generator if d_device == device else torch.Generator(device=d_device).manual_seed(seed + 1)
-    ctx = DraftContext(t_side, d_side, params, draft_generator, pair.same_vocab, pair.tables, draft_confidence)
+    ctx = DraftContext(t_side, d_side, draft_params(params, draft_temperature), draft_generator, pair.same_vocab,
+                       pair.tables, draft_confidence)
     eos, same = pair.eos, pair.same_vocab
     stats = Stats(k=k)
     out: list[int] = []
