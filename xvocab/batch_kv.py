@@ -23,8 +23,7 @@ from __future__ import annotations
 import torch
 
 from xvocab.alignment.translate import common_prefix_length
-from xvocab.errors import ContextFullError
-from xvocab.kv import check_rollback, grow_layer
+from xvocab.kv import check_rollback, checked_sequence, grow_layer
 from xvocab.packed_linear import packed_linears
 
 
@@ -136,14 +135,8 @@ class BatchDecoder:
         feeds, starts, wants = [], [], []
         for r in rows:
             full, extra = asks[r]
-            seq = list(full) + list(extra)
+            seq = checked_sequence(self.model, self.limit, full, extra)
             want = len(extra) + 1
-            if len(seq) < want:
-                raise ValueError("BatchDecoder.step: full_ids is empty; a model predicts only after a token")
-            if self.limit is not None and len(seq) > self.limit:
-                raise ContextFullError(f"{type(self.model).__name__} was asked for position {len(seq)} but its "
-                                       f"context holds {self.limit} tokens; shorten the prompt or lower "
-                                       f"max_new_tokens", self.model)
             keep = min(common_prefix_length(self.ids[r], seq), len(seq) - want)
             self.ids[r] = seq
             feeds.append(seq[keep:])

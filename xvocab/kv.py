@@ -52,6 +52,17 @@ def grow_layer(layer, capacity: int) -> None:
             setattr(layer, name, new)
 
 
+def checked_sequence(model, limit: int | None, full_ids, extra) -> list[int]:
+    """full_ids + extra, refused if full_ids is empty (nothing to predict after) or longer than the context."""
+    seq = list(full_ids) + list(extra)
+    if len(seq) < len(extra) + 1:
+        raise ValueError("step: full_ids is empty; a model predicts only after at least one token")
+    if limit is not None and len(seq) > limit:
+        raise ContextFullError(f"{type(model).__name__} was asked for position {len(seq)} but its context holds "
+                               f"{limit} tokens; shorten the prompt or lower max_new_tokens", model)
+    return seq
+
+
 KEEP_ROWS = 16  # recent positions whose logits a Decoder keeps (a draft rolls back at most a few tokens)
 
 
@@ -118,14 +129,8 @@ class Decoder:
     @torch.inference_mode()
     def step(self, full_ids: list[int], extra: list[int] = ()) -> torch.Tensor:
         """Logits [len(extra) + 1, V] after `full_ids` and after each token of `extra`."""
-        seq = list(full_ids) + list(extra)
+        seq = checked_sequence(self.model, self.limit, full_ids, extra)
         rows = len(extra) + 1
-        if len(seq) < rows:
-            raise ValueError("Decoder.step: full_ids is empty; a model predicts only after at least one token")
-        if self.limit is not None and len(seq) > self.limit:
-            raise ContextFullError(f"{type(self.model).__name__} was asked for position {len(seq)} but its context "
-                                   f"holds {self.limit} tokens; shorten the prompt or lower max_new_tokens",
-                                   self.model)
         common = common_prefix_length(self.ids, seq)
         if rows == 1 and common == len(seq) and len(seq) in self._rows:
             return self._rows[len(seq)][None]  # every state is held and its row computed: nothing to feed

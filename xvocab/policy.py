@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import torch
 
 from xvocab.batch_kv import BatchDecoder
+from xvocab.cost import _sync
 
 
 @dataclass(frozen=True)
@@ -42,11 +43,6 @@ class Costs:
         """The measured batch size to read for `batch` live rows: the smallest at least it, else the largest."""
         sizes = sorted(self.target)
         return next((b for b in sizes if b >= batch), sizes[-1])
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 @torch.inference_mode()
