@@ -85,7 +85,10 @@ def aggregate(recs: list[dict]) -> list[dict]:
             rs = [_checked_against(r, ar_ids.get((key[-1], r["prompt_id"]))) for r in rs]
         tokens = sum(r["new_tokens"] for r in rs)
         # Batched rows share their batch's time: throughput is tokens over the batches' wall time.
-        batches = {r["batch"]["id"]: r["batch"]["wall_seconds"] for r in rs if "batch" in r}
+        batches = {}  # a batched run's wall time: until its last row ended (records carry their row's end)
+        for r in rs:
+            if "batch" in r:
+                batches[r["batch"]["id"]] = max(batches.get(r["batch"]["id"], 0.0), r["batch"]["wall_seconds"])
         wall = sum(batches.values()) + sum(r["wall_seconds"] for r in rs if "batch" not in r)
         proposed = [sum(r["proposed_per_step"][i] > j for r in rs for i in range(len(r["proposed_per_step"])))
                     for j in range(max((max(r["proposed_per_step"], default=0) for r in rs), default=0))]

@@ -146,40 +146,40 @@ def run(cfg: dict) -> Path:
 
 
 def _run_batches(todo: list, cfg: dict, conf: dict, algorithm: str, models, path: Path) -> None:
-    """Decode `todo` in batches of cfg.batch_size through xvocab.generate_batch (row seeds as in the per-prompt
-    path), each batch's records appended together with the batch's wall time (throughput) and, with
-    cfg.policy, the policy's per-round choices. Greedy runs compare with `ar` records made in batches too
-    (the report derives equals_ar)."""
+    """Decode `todo` through xvocab.generate_batch with cfg.batch_size rows at once (continuous batching: a
+    finished row's slot goes to the next prompt; row seeds as in the per-prompt path), each record appended as
+    its row finishes (an interrupted run resumes from the rows not recorded) with the run's `batch` entry: its
+    id, its slots and the seconds from the call's start to this row's end (the report's throughput is tokens
+    over the largest). With cfg.policy the record also carries the policy's choices in the rounds its row took
+    part in. Greedy runs compare with `ar` records made in batches too (the report derives equals_ar)."""
     from xvocab.policy import Policy, measure_costs
 
     target, tt, draft, dt = models
     size = cfg["batch_size"]
-    policy_costs = None
+    policy = None
     if cfg["policy"] and algorithm != "ar":
         sizes = sorted({min(size, 2 ** i) for i in range(size.bit_length() + 1)})
         print(f"policy: measuring batched forward costs at batch sizes {sizes}")
-        policy_costs = measure_costs(target, draft, batch_sizes=sizes, k=cfg["k"])
+        policy = Policy(measure_costs(target, draft, batch_sizes=sizes, k=cfg["k"]))
     bar = tqdm(total=len(todo), desc=f"{algorithm} k={conf['k']} T={conf['temperature']} batch={size}", unit="prompt")
-    for start in range(0, len(todo), size):
-        chunk = todo[start:start + size]
-        policy = Policy(policy_costs) if policy_costs is not None else None
-        began = time.perf_counter()
-        outs = xvocab.generate_batch([row["prompt"] for _, row in chunk], target=target, target_tokenizer=tt,
-                                     draft=draft, draft_tokenizer=dt, algorithm=algorithm, k=cfg["k"],
-                                     max_new_tokens=cfg["max_new_tokens"], temperature=cfg["temperature"],
-                                     top_k=cfg["top_k"], top_p=cfg["top_p"],
-                                     seed=[cfg["seed"] + index for index, _ in chunk],
-                                     draft_confidence=cfg["draft_confidence"],
-                                     draft_encoding=None if algorithm == "ar" else cfg.get("draft_encoding"),
-                                     policy=policy, graphs=cfg["cache"] == "graph",
-                                     draft_temperature=cfg["draft_temperature"])
-        batch = {"id": f"{records.config_hash(conf)}:{chunk[0][1]['id']}", "rows": len(chunk),
-                 "wall_seconds": time.perf_counter() - began}
+    run_id = f"{records.config_hash(conf)}:{todo[0][1]['id']}:{time.time_ns()}"
+
+    def on_finish(i: int, out, seconds: float) -> None:
+        index, row = todo[i]
+        batch = {"id": run_id, "rows": size, "wall_seconds": seconds}
         if policy is not None:
-            batch["policy_k"] = [entry["k"] for entry in policy.log]
-        for (index, row), out in zip(chunk, outs):
-            records.append(path, _record(conf, row, index, out, cfg) | {"batch": batch})
-        bar.update(len(chunk))
+            batch["policy_k"] = [entry["k"] for entry in policy.log if i in entry.get("rows", ())]
+        records.append(path, _record(conf, row, index, out, cfg) | {"batch": batch})
+        bar.update(1)
+
+    xvocab.generate_batch([row["prompt"] for _, row in todo], target=target, target_tokenizer=tt,
+                          draft=draft, draft_tokenizer=dt, algorithm=algorithm, k=cfg["k"],
+                          max_new_tokens=cfg["max_new_tokens"], temperature=cfg["temperature"],
+                          top_k=cfg["top_k"], top_p=cfg["top_p"], seed=[cfg["seed"] + index for index, _ in todo],
+                          draft_confidence=cfg["draft_confidence"],
+                          draft_encoding=None if algorithm == "ar" else cfg.get("draft_encoding"),
+                          policy=policy, graphs=cfg["cache"] == "graph", draft_temperature=cfg["draft_temperature"],
+                          batch_size=size, on_finish=on_finish)
     bar.close()
 
 

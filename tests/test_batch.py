@@ -164,12 +164,36 @@ def test_sampled_rows_equal_generate_alone_with_the_rows_seed(pairs, alg):
     assert len({tuple(a) for a in alone}) > 1
 
 
+@pytest.mark.parametrize("alg", ["slem", pytest.param("tli", marks=pytest.mark.slow)])
+def test_rows_that_reuse_a_finished_rows_slot_equal_generate_alone(pairs, alg):
+    """Continuous batching (batch_size < prompts): a finished row's slot, in both decoders, goes to the next
+    prompt; every row is still what `generate` gives it alone, greedy and sampled, and on_finish sees each
+    row once, as it finishes."""
+    target, tt, draft, dt = pairs["gemma-4", "gpt-2"]
+    prompts = PROMPTS + PROMPTS[::-1]
+    kw = dict(target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt, algorithm=alg, k=4,
+              max_new_tokens=20)
+    for temperature in (0.0, 1.0):
+        finished = []
+        rows = generate_batch(prompts, batch_size=3, seed=5, temperature=temperature,
+                              on_finish=lambda i, out, s: finished.append((i, out.token_ids, s)), **kw)
+        alone = [generate(p, seed=5 + i, temperature=temperature, **kw) for i, p in enumerate(prompts)]
+        assert [r.token_ids for r in rows] == [a.token_ids for a in alone], temperature
+        assert [r.stats.target_forwards for r in rows] == [a.stats.target_forwards for a in alone]
+        assert sorted(i for i, _, _ in finished) == list(range(len(prompts)))
+        assert all(ids == rows[i].token_ids for i, ids, _ in finished)
+        assert [s for _, _, s in finished] == sorted(s for _, _, s in finished)
+        assert [i for i, _, _ in finished] != list(range(len(prompts)))  # rows did finish out of order
+
+
 def test_bad_batches_name_the_fix(pairs):
     target, tt, draft, dt = pairs["gemma-4", "gpt-2"]
     with pytest.raises(ConfigError, match="list of prompts"):
         generate_batch("one prompt", target=target, target_tokenizer=tt, algorithm="ar")
     with pytest.raises(ConfigError, match="prompt is empty"):
         generate_batch(["x", ""], target=target, target_tokenizer=tt, algorithm="ar")
+    with pytest.raises(ConfigError, match="batch_size=0 must be at least 1"):
+        generate_batch(["x"], target=target, target_tokenizer=tt, algorithm="ar", batch_size=0)
 
 
 def test_policy_picks_the_fastest_k_and_steps_aside_when_the_bound_is_below_one():
@@ -191,6 +215,27 @@ def test_policy_picks_the_fastest_k_and_steps_aside_when_the_bound_is_below_one(
     for _ in range(8):
         off.observe(4, 1, [(4, 4)], verify_seconds=0.0)
     assert off.acceptance() == 1.0 and off.choose(4, 1) > 0 and off.log[-1]["k"] > 0
+
+
+def test_the_policy_learns_what_whole_rounds_cost_and_probes_the_other_kind():
+    """Forwards alone say speculate; rounds that speculate really take 2 s more per row (host work, catch-up
+    forwards), so after seeing them the policy steps aside, except for one probe every probe_every rounds;
+    when the excess goes away, a probe sees it and speculation comes back."""
+    policy = Policy(policy_costs(0.05, 1.0), prior=0.8, probe_every=4)
+
+    def run(rounds, extra):
+        for _ in range(rounds):
+            k = policy.choose(4, 4)
+            policy.observe(k, 4, [(k, k)] * 4, verify_seconds=0.0,
+                           round_seconds=policy.forward_seconds(k, 4) + (4 * extra if k else 0.0))
+
+    run(1, 2.0)
+    assert policy.log[0]["k"] == 4 and policy.excess(True) == pytest.approx(2.0) and policy.excess(False) == 0
+    run(11, 2.0)
+    late = policy.log[4:]
+    assert all(e["k"] == 0 or e["probe"] for e in late) and sum(e["k"] > 0 for e in late) == 2, late
+    run(12, 0.0)
+    assert all(e["k"] > 0 or e["probe"] for e in policy.log[-4:]), policy.log[-4:]
 
 
 @pytest.mark.parametrize("alg", ["tli", pytest.param("slem", marks=pytest.mark.slow)])

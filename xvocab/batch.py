@@ -14,6 +14,11 @@ drafter code, verification rule and random streams, and logits that differ only 
 reassociation in batched matmuls. So greedy rows equal `generate` exactly (tests/test_batch.py), and
 sampled rows follow the target's distribution (the distribution tests run through this path too).
 
+`batch_size` caps the rows decoded at once (continuous batching): a row's slot in both decoders goes to the
+next waiting prompt as soon as it finishes, so the batch stays full until the prompts run out, and the
+policy's per-round tokens/s is the run's throughput (in a fixed batch, rows that speculate ahead leave
+stragglers that decode alone at the end).
+
 `policy` (xvocab.policy) may choose k per round, or switch speculation off, from measured costs and
 recent acceptance; it changes only how many ids are proposed, never what is emitted.
 """
@@ -48,8 +53,12 @@ class _Row:
     stats: Stats
     drafting: bool
     out: list[int] = field(default_factory=list)
+    slot: int | None = None   # its row in both BatchDecoders while it runs
     done: bool = False
-    wall: float = 0.0
+    start: float = 0.0        # when it took its slot (perf_counter)
+    wall: float = 0.0         # seconds from its slot to its last token
+    fed: tuple = (0, 0, 0)    # (target tokens, draft forwards, draft tokens) its slot had taken before it
+    output: engine.Output | None = None
     forwards: int = 0         # target forwards this row took part in
     draft_forwards: int = 0
 
@@ -74,15 +83,18 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
                    top_k: int = defaults.TOP_K, top_p: float = defaults.TOP_P, seed: int | list[int] = defaults.SEED,
                    draft_confidence: float = defaults.DRAFT_CONFIDENCE, draft_encoding: str | None = None,
                    policy=None, graphs: bool = False, draft_temperature: float | None = defaults.DRAFT_TEMPERATURE,
-                   progress: bool = False) -> list[engine.Output]:
+                   batch_size: int | None = None, on_finish=None, progress: bool = False) -> list[engine.Output]:
     """Continue every prompt of `prompts` with `target`, drafted by `draft` through `algorithm`, as one batch.
 
     Row i is decoded as `xvocab.generate(prompts[i], ..., seed=seed + i)` would decode it (module docstring;
     `seed` may also be a list, one seed per row);
     the arguments mean what they mean there. `policy` (an xvocab.policy.Policy, optional) picks each round's
-    draft length, 0 meaning no speculation, and records its choices in `policy.log`. Returns one Output per
-    prompt, in order; each Output's stats are that row's (its wall time is when it finished). `graphs`: steps
-    of fixed shapes, replayed from CUDA graphs on a GPU (xvocab.batch_kv.BatchDecoder); the same outputs.
+    draft length, 0 meaning no speculation, and records its choices in `policy.log`. `batch_size`: at most
+    this many rows at once, a finished row's slot going to the next prompt (default: every prompt at once).
+    `on_finish(i, output, seconds)` is called as row i finishes, `seconds` after the call began (a runner
+    writes its records then). Returns one Output per prompt, in order; each Output's stats are that row's (its
+    wall time runs from its slot to its last token). `graphs`: steps of fixed shapes, replayed from CUDA
+    graphs on a GPU (xvocab.batch_kv.BatchDecoder); the same outputs.
     """
     if isinstance(prompts, str) or not prompts:
         raise ConfigError("generate_batch takes a non-empty list of prompts; use xvocab.generate for one prompt")
@@ -93,6 +105,9 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
     seeds = [seed + i for i in range(len(prompts))] if isinstance(seed, int) else list(seed)
     if len(seeds) != len(prompts):
         raise ConfigError(f"{len(seeds)} seeds for {len(prompts)} prompts; pass one seed per prompt, or an int")
+    if batch_size is not None and batch_size < 1:
+        raise ConfigError(f"batch_size={batch_size} must be at least 1 (None: every prompt at once)")
+    slots = len(prompts) if batch_size is None else min(batch_size, len(prompts))
     params = SamplingParams(temperature, top_k, top_p)
     wall0 = time.perf_counter()
     speculating = algorithm != "ar"
@@ -103,7 +118,7 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
     t_prompts = [prompt_ids(target_tokenizer, p) for p in prompts]
     for ids in t_prompts:
         engine._check_context(target, len(ids), max_new_tokens)
-    t_dec = BatchDecoder(target, len(prompts), max(map(len, t_prompts)) + max_new_tokens + k + BUCKETS[-1],
+    t_dec = BatchDecoder(target, slots, max(map(len, t_prompts)) + max_new_tokens + k + BUCKETS[-1],
                          graphs=graphs)
     d_dec = None
     rows = []
@@ -116,17 +131,32 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
                            pair.same_vocab, pair.tables, draft_confidence)
         rows.append(_Row(i, t_side, d_side, ctx, generator, Stats(k=k), speculating))
     if speculating:
-        d_dec = BatchDecoder(draft, len(prompts),
+        d_dec = BatchDecoder(draft, slots,
                              max(len(r.d_side.prompt) for r in rows) + 2 * (max_new_tokens + k) + BUCKETS[-1],
                              graphs=graphs)
     eos = pair.eos
-    rounds = 0
     bar = _bar(progress, len(prompts) * max_new_tokens)
-    while any(not r.done for r in rows):
-        live = [r for r in rows if not r.done]
+    waiting, free = list(rows), list(range(slots))
+    while waiting or any(r.slot is not None for r in rows):
+        admitted = []
+        while waiting and free:
+            r = waiting.pop(0)
+            r.slot, r.start = free.pop(0), time.perf_counter()
+            r.fed = (t_dec.row_tokens[r.slot], *((d_dec.row_forwards[r.slot], d_dec.row_tokens[r.slot])
+                                                  if d_dec is not None else (0, 0)))
+            admitted.append(r)
+        if admitted:
+            # Prefill the newcomers in forwards of their own: inside a round, a prompt would pad every other
+            # row's few tokens to its length (a ragged forward is as wide as its longest row).
+            t_dec.step({r.slot: (r.t_side.full(), []) for r in admitted})
+            if d_dec is not None:  # (a draft prompt past the draft's context is left to _draft_round)
+                d_dec.step({r.slot: (r.d_side.full(), []) for r in admitted
+                            if r.drafting and (d_dec.limit is None or len(r.d_side.full()) <= d_dec.limit)})
+        live = [r for r in rows if r.slot is not None]
+        round_start = time.perf_counter()
         k_round = policy.choose(k, len(live)) if policy is not None else k
         proposals = _draft_round(live, algorithm, k_round, max_new_tokens, d_dec)
-        asks = {r.index: (r.t_side.full(), proposals[r.index].ids) for r in live}
+        asks = {r.slot: (r.t_side.full(), proposals[r.index].ids) for r in live}
         t_start = time.perf_counter()
         logits = t_dec.step(asks)
         now = time.perf_counter()
@@ -134,10 +164,10 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
         for r in live:
             proposal = proposals[r.index]
             r.forwards += 1
-            n_acc, nxt = engine.verify_proposal(logits[r.index], proposal, params, r.generator)
+            n_acc, nxt = engine.verify_proposal(logits[r.slot], proposal, params, r.generator)
             accepted.append((len(proposal.ids), n_acc))
             new = proposal.ids[:n_acc] + [nxt]
-            r.stats.record_step(len(proposal.ids), n_acc, first_token=not r.out, now=now - wall0)
+            r.stats.record_step(len(proposal.ids), n_acc, first_token=not r.out, now=now - r.start)
             stop = next((j for j, x in enumerate(new) if x in eos), None)
             room = max_new_tokens - len(r.out)
             new = new[: room if stop is None else min(stop + 1, room)]
@@ -145,10 +175,16 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
             bar.update(len(new))
             r.t_side.rewind(len(r.t_side.stream.ids), new)
             if stop is not None or len(r.out) >= max_new_tokens:
-                r.done, r.wall = True, time.perf_counter() - wall0
-                t_dec.drop(r.index)
+                r.done, r.wall = True, time.perf_counter() - r.start
+                output = _finish(r, t_dec, d_dec, target_tokenizer)
+                t_dec.drop(r.slot)
                 if d_dec is not None:
-                    d_dec.drop(r.index)
+                    d_dec.drop(r.slot)
+                free.append(r.slot)
+                free.sort()
+                r.slot = None
+                if on_finish is not None:
+                    on_finish(r.index, output, time.perf_counter() - wall0)
             elif r.drafting:
                 if pair.same_vocab:
                     keep = common_prefix_length(r.d_side.stream.ids, r.t_side.stream.ids)
@@ -156,18 +192,23 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
                 else:
                     r.ctx.sync_draft(r.t_side.stream.text)
         if policy is not None:
-            policy.observe(k_round, len(live), accepted, verify_seconds=now - t_start)
-        rounds += 1
+            policy.observe(k_round, len(live), accepted, verify_seconds=now - t_start,
+                           round_seconds=time.perf_counter() - round_start,
+                           rows=[r.index for r in live])
     bar.close()
-    outputs = []
-    for r in rows:
-        r.stats.finish(new_tokens=len(r.out), wall_seconds=r.wall, target_forwards=r.forwards,
-                       prompt_tokens=len(r.t_side.prompt), target_tokens_fed=t_dec.row_tokens[r.index],
-                       draft_forwards=d_dec.row_forwards[r.index] if d_dec is not None else 0,
-                       draft_tokens_fed=d_dec.row_tokens[r.index] if d_dec is not None else 0,
-                       align_seconds=r.ctx.align_seconds)
-        outputs.append(engine.Output(r.out, target_tokenizer.decode(r.out, skip_special_tokens=True), r.stats))
-    return outputs
+    return [r.output for r in rows]
+
+
+def _finish(r: _Row, t_dec: BatchDecoder, d_dec: BatchDecoder | None, tokenizer) -> engine.Output:
+    """Row r's Output (kept on the row) from what its slot took part in since it took the slot."""
+    fed = (t_dec.row_tokens[r.slot], *((d_dec.row_forwards[r.slot], d_dec.row_tokens[r.slot])
+                                       if d_dec is not None else (0, 0)))
+    target_fed, draft_forwards, draft_fed = (now - before for now, before in zip(fed, r.fed))
+    r.stats.finish(new_tokens=len(r.out), wall_seconds=r.wall, target_forwards=r.forwards,
+                   prompt_tokens=len(r.t_side.prompt), target_tokens_fed=target_fed,
+                   draft_forwards=draft_forwards, draft_tokens_fed=draft_fed, align_seconds=r.ctx.align_seconds)
+    r.output = engine.Output(r.out, tokenizer.decode(r.out, skip_special_tokens=True), r.stats)
+    return r.output
 
 
 def _draft_round(live: list[_Row], algorithm: str, k: int, max_new_tokens: int,
@@ -180,26 +221,26 @@ def _draft_round(live: list[_Row], algorithm: str, k: int, max_new_tokens: int,
         if not r.drafting or budget <= 0:
             proposals[r.index] = Proposal([])
             continue
-        calls[r.index] = engine.DRAFTERS[algorithm](r.ctx, budget)
-        asks[r.index], done = _start(calls[r.index])
+        calls[r.slot] = engine.DRAFTERS[algorithm](r.ctx, budget)
+        asks[r.slot], done = _start(calls[r.slot])
         if done is not None:
             proposals[r.index] = done
-            del asks[r.index]
-    by_index = {r.index: r for r in live}
+            del asks[r.slot]
+    by_slot = {r.slot: r for r in live}
     while asks:
         for i in [i for i, seq in asks.items() if d_dec.limit is not None and len(seq) > d_dec.limit]:
             # The draft's context is full: this row's target decodes on alone (still exact), as in generate.
-            row = by_index[i]
+            row = by_slot[i]
             row.drafting, row.stats.draft_stopped_at = False, len(row.out)
-            proposals[i] = Proposal([])
+            proposals[row.index] = Proposal([])
             del asks[i]
         logits = d_dec.step({i: (seq, []) for i, seq in asks.items()})
         nxt = {}
         for i in asks:
-            by_index[i].draft_forwards += 1
+            by_slot[i].draft_forwards += 1
             nxt[i], done = _resume(calls[i], logits[i][-1])
             if done is not None:
-                proposals[i] = done
+                proposals[by_slot[i].index] = done
                 del nxt[i]
         asks = {i: seq for i, seq in nxt.items() if seq is not None}
     for r in live:  # proposals past the last token still to emit are never used: the bonus token covers it

@@ -10,10 +10,13 @@ the bound tau / (k c + v) at this batch size is below 1 for every k.
 
 Costs: `measure_costs` times both models' batched forwards (xvocab.batch_kv) at the batch sizes asked for,
 before decoding; as rows finish, the policy reads the costs of the smallest measured batch size at least
-the live one. Acceptance: a = accepted / (accepted + rejections) over the last `window` rounds (the
+the live one. Those are forwards alone: a real round also pays host work per row (drafter bookkeeping,
+re-tokenization, verification) and the draft's catch-up forward over what the target emitted. So the policy
+also times whole rounds (`observe(..., round_seconds=)`) and adds to each prediction the mean measured excess
+per live row of the last `window` rounds of the same kind (speculating, or not); to keep both kinds
+measured, after `probe_every` rounds of one kind it runs one round of the other. Acceptance: a = accepted / (accepted + rejections) over the last `window` rounds (the
 maximum-likelihood estimate for a geometric count of accepted ids cut at the proposal's length), `prior`
-until anything is observed. With speculation off nothing is observed, so every `probe_every` rounds off it
-drafts k_max once.
+until anything is observed; the probe into speculation drafts k_max ids, to see the most.
 
 Invariant: the policy changes how many ids are proposed, never which token is emitted; every algorithm is
 lossless for any k (tests/test_batch.py compares outputs with the policy on and off).
@@ -88,37 +91,59 @@ class Policy:
     probe_every: int = 16
     log: list[dict] = field(default_factory=list)
     _seen: deque = field(default_factory=deque)
-    _off_rounds: int = 0
+    _excess: dict = field(default_factory=lambda: {False: deque(), True: deque()})  # speculating -> s per row
+    _since: dict = field(default_factory=lambda: {False: 0, True: 0})  # rounds since each kind last ran
 
     def acceptance(self) -> float:
         accepted = sum(m for rounds in self._seen for _, m in rounds)
         rejected = sum(n > m for rounds in self._seen for n, m in rounds)
         return self.prior if accepted + rejected == 0 else accepted / (accepted + rejected)
 
+    def forward_seconds(self, k: int, batch: int) -> float:
+        """The forwards of a round drafting k ids over `batch` rows, from the measured Costs: k d(b) + t(b, k+1)."""
+        b = self.costs.at(batch)
+        t = self.costs.target[b]
+        return k * self.costs.draft[b] + t[min(k + 1, max(t))]
+
+    def excess(self, speculating: bool) -> float:
+        """Mean measured seconds per live row that rounds of this kind took beyond their forwards (0 unseen)."""
+        seen = self._excess[speculating]
+        return sum(seen) / len(seen) if seen else 0.0
+
     def rates(self, k_max: int, batch: int) -> dict[int, float]:
         """{k: predicted tokens per second over the batch} for k in 0..k_max."""
-        b = self.costs.at(batch)
         a = self.acceptance()
-        t, d = self.costs.target[b], self.costs.draft[b]
-        return {k: batch * expected_tokens(a, k) / (k * d + t[min(k + 1, max(t))]) for k in range(k_max + 1)}
+        return {k: batch * expected_tokens(a, k) / (self.forward_seconds(k, batch) + batch * self.excess(k > 0))
+                for k in range(k_max + 1)}
 
     def choose(self, k_max: int, batch: int) -> int:
         rates = self.rates(k_max, batch)
         k = max(rates, key=lambda j: (rates[j], -j))  # ties: the shorter draft
-        if k == 0:
-            self._off_rounds += 1
-            if self._off_rounds % self.probe_every == 0:
-                k = k_max  # a probe: acceptance is only seen while drafting
-        else:
-            self._off_rounds = 0
-        self.log.append({"batch": batch, "k": k, "acceptance": round(self.acceptance(), 4),
+        probe = k_max > 0 and self._since[k == 0] + 1 >= self.probe_every
+        if probe:  # the other kind has not run for probe_every rounds: measure it once
+            k = k_max if k == 0 else 0
+        for kind in self._since:
+            self._since[kind] = 0 if kind == (k > 0) else self._since[kind] + 1
+        self.log.append({"batch": batch, "k": k, "probe": probe, "acceptance": round(self.acceptance(), 4),
                          "rates": {j: round(r, 2) for j, r in rates.items()}})
         return k
 
-    def observe(self, k: int, batch: int, accepted: list[tuple[int, int]], verify_seconds: float) -> None:
-        """One round's (proposed, accepted) per row; rounds without proposals teach nothing."""
+    def observe(self, k: int, batch: int, accepted: list[tuple[int, int]], verify_seconds: float,
+                round_seconds: float | None = None, rows: list[int] | None = None) -> None:
+        """One round's (proposed, accepted) per row, its measured times (`round_seconds` None: a round that
+        prefilled, not a typical one) and which rows took part (for the log); rounds without proposals teach
+        nothing about acceptance."""
         if self.log:
             self.log[-1].update(accepted=[m for _, m in accepted], verify_s=round(verify_seconds, 5))
+            if rows is not None:
+                self.log[-1]["rows"] = rows
+        if round_seconds is not None:
+            excess = self._excess[k > 0]
+            excess.append((round_seconds - self.forward_seconds(k, batch)) / batch)
+            while len(excess) > self.window:
+                excess.popleft()
+            if self.log:
+                self.log[-1]["round_s"] = round(round_seconds, 5)
         rounds = [(n, m) for n, m in accepted if n > 0]
         if rounds:
             self._seen.append(rounds)
