@@ -8,7 +8,9 @@ seed = the prompt's index), the expected acceptance of a one-token TLI proposal 
 p_i the target's processed distribution after the first i tokens, q_i the draft's distribution after the
 same text (encoded as the engine's draft side encodes it: native or target-aligned), restricted to the
 byte-exact intersection, renormalized and written over target ids: exactly what TLI proposes
-(xvocab.alignment.tables). Its mean is the acceptance rate of the first drafted position, the quantity a
+(xvocab.alignment.tables). Beside it, what an exact-match drafter (SLEM) proposing from the same q gets:
+sum_x p_i(x) q_i(x) when the two draw independently, and the agreement of the two exponential races on
+shared noise (coupling="gumbel", xvocab.coupling.agreement). Its mean is the acceptance rate of the first drafted position, the quantity a
 drafter trained for sampling is after (issue 15); compare it with the engine's measured per-position
 acceptance (experiments.report's `per_position`, first entry). At T = 0, alpha_i is 1 where the two
 argmaxes agree and 0 elsewhere. Positions whose prefix ends inside a UTF-8 character are skipped (the draft
@@ -30,6 +32,7 @@ import xvocab
 from experiments import datasets
 from experiments.runner import load_pair
 from xvocab import defaults, records
+from xvocab.coupling import agreement
 from xvocab.kv import Decoder
 from xvocab.engine import draft_params
 from xvocab.pair import output_vocab, prepare
@@ -51,6 +54,7 @@ def expected_acceptance(prompt: str, models, params: SamplingParams, max_new_tok
     t_prompt, d_prompt = pair.target_prompt(prompt), pair.draft_prompt(prompt)
     spelled = pair.target_codec.token_bytes
     by = {t: [] for t in draft_temperatures}
+    slem = {(t, c): [] for t in draft_temperatures for c in ("none", "gumbel")}  # exact match, per coupling
     done = b""
     for i, token in enumerate(out.token_ids):
         try:
@@ -58,7 +62,7 @@ def expected_acceptance(prompt: str, models, params: SamplingParams, max_new_tok
         except UnicodeDecodeError:  # the prefix ends inside a character: no text for the draft to read
             text = None
         if text is None:
-            for alphas in by.values():
+            for alphas in (*by.values(), *slem.values()):
                 alphas.append(None)
         else:
             p = logits_to_probs(t_dec.step(t_prompt + out.token_ids[:i])[-1], params)            # [V_target]
@@ -68,12 +72,17 @@ def expected_acceptance(prompt: str, models, params: SamplingParams, max_new_tok
                 d_params = draft_params(params, t)
                 if d_params.greedy:
                     alphas.append(float(p[tli.to_target_host[int(logits.argmax())]]))
+                    slem[t, "none"].append(alphas[-1])
+                    slem[t, "gumbel"].append(alphas[-1])
                 else:
-                    q = logits_to_probs(logits, d_params)                                          # [V_draft]
-                    alphas.append(float(torch.minimum(p, tli.push(q, vocab).to(p.device)).sum()))
+                    q = tli.push(logits_to_probs(logits, d_params), vocab).to(p.device)          # [V_target]
+                    alphas.append(float(torch.minimum(p, q).sum()))
+                    slem[t, "none"].append(float((p * q).sum()))
+                    slem[t, "gumbel"].append(agreement(p, q, top=128))
         done += spelled[token] or b""
     return {"tokens": out.token_ids, "alphas": by[draft_temperatures[0]],
-            "by_draft_temperature": {str(t): a for t, a in by.items()}}
+            "by_draft_temperature": {str(t): a for t, a in by.items()},
+            "slem_by_draft_temperature": {f"{t}/{c}": a for (t, c), a in slem.items()}}
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -113,9 +122,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
           f"{statistics.fmean(alphas):.3f} over {len(alphas)} positions of {len(rows)} prompts "
           f"(per prompt {min(means):.2f}-{max(means):.2f}); "
           f"records: {args.out / 'records.jsonl'}; {records.cpu_name()}")
-    for t in args.draft_temperatures:
-        kept = [a for r in rows for a in r["by_draft_temperature"][str(t)] if a is not None]
-        print(f"  draft proposing at T={t}: {statistics.fmean(kept):.3f}")
+    def mean(key: str, t) -> float:
+        return statistics.fmean(a for r in rows for a in r[key][t] if a is not None)
+
+    for t in (None, *args.draft_temperatures):
+        print(f"  draft proposing at T={args.temperature if t is None else t}: TLI {mean('by_draft_temperature', str(t)):.3f}"
+              f", SLEM independent {mean('slem_by_draft_temperature', f'{t}/none'):.3f}"
+              f", SLEM coupled {mean('slem_by_draft_temperature', f'{t}/gumbel'):.3f}")
     return rows
 
 

@@ -31,10 +31,10 @@ from xvocab import records
 from xvocab.cost import speedup_bounds
 
 GROUP = ("target", "draft", "dataset", "temperature", "max_new_tokens", "algorithm", "k", "draft_confidence",
-         "draft_encoding", "cpu", "kernels", "cache", "batch_size", "policy", "draft_temperature")
+         "draft_encoding", "cpu", "kernels", "cache", "batch_size", "policy", "draft_temperature", "coupling")
 # Fields absent from older records; records made before xvocab.packed_linear ran the stock kernels.
 OPTIONAL = {"draft_confidence": 0.0, "draft_encoding": None, "cpu": None, "kernels": "stock", "cache": "dynamic",
-            "batch_size": 1, "policy": False, "draft_temperature": None}
+            "batch_size": 1, "policy": False, "draft_temperature": None, "coupling": "none"}
 BASELINE = ("target", "dataset", "temperature", "max_new_tokens", "device", "dtype", "threads", "top_k", "top_p", "cpu",
             "kernels", "cache", "batch_size")
 COLUMNS = ("target", "draft", "dataset", "temperature", "algorithm", "k", "draft_confidence", "prompts", "ttft_s", "tpot_ms",
@@ -202,6 +202,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         columns = columns + ("cache",)
     if any(r["draft_temperature"] is not None for r in rows):
         columns = columns + ("draft_temperature",)
+    if any(r["coupling"] != "none" for r in rows):
+        columns = columns + ("coupling",)
     if any(r["batch_size"] != 1 or r["policy"] for r in rows):
         columns = columns + ("batch_size", "policy", "latency_s")
     if any(r["draft_encoding"] for r in rows):  # shown only where a sweep set it (else: each drafter's own)

@@ -74,6 +74,8 @@ def point(cfg: dict, algorithm: str) -> dict:
             **({"draft_encoding": cfg["draft_encoding"]} if cfg.get("draft_encoding") and not ar else {}),
             **({"draft_temperature": cfg["draft_temperature"]}
                if cfg.get("draft_temperature") is not None and cfg["temperature"] > 0 and not ar else {}),
+            **({"coupling": cfg["coupling"]} if cfg.get("coupling", "none") != "none" and cfg["temperature"] > 0
+               and algorithm in ("ar", "slem") else {}),
             **({"cache": cfg["cache"]} if cfg.get("cache", "dynamic") != "dynamic" else {}),
             **({"batch_size": cfg["batch_size"]} if cfg.get("batch_size", 1) != 1 else {}),
             **({"policy": True} if cfg.get("policy") and not ar else {}),
@@ -88,7 +90,7 @@ def _generate(row, index, cfg, algorithm, models):
                            temperature=cfg["temperature"], top_k=cfg["top_k"], top_p=cfg["top_p"],
                            seed=cfg["seed"] + index, draft_confidence=cfg["draft_confidence"],
                            draft_encoding=None if algorithm == "ar" else cfg.get("draft_encoding"), cache=cfg["cache"],
-                           draft_temperature=cfg["draft_temperature"])
+                           draft_temperature=cfg["draft_temperature"], coupling=cfg["coupling"])
 
 
 def _record(conf: dict, row: dict, index: int, out, cfg: dict) -> dict:
@@ -179,7 +181,7 @@ def _run_batches(todo: list, cfg: dict, conf: dict, algorithm: str, models, path
                           draft_confidence=cfg["draft_confidence"],
                           draft_encoding=None if algorithm == "ar" else cfg.get("draft_encoding"),
                           policy=policy, graphs=cfg["cache"] == "graph", draft_temperature=cfg["draft_temperature"],
-                          batch_size=size, on_finish=on_finish)
+                          batch_size=size, on_finish=on_finish, coupling=cfg["coupling"])
     bar.close()
 
 

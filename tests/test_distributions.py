@@ -17,7 +17,8 @@ n sampled sequences from `xvocab.generate` (and, for one case per algorithm and 
   each asserted to fail.
 
 Negative controls, one per algorithm, each a bug that once existed somewhere:
-* slem: accept the draft's token without the target's own draw (accept every proposal);
+* slem: accept the draft's token without the target's own draw (accept every proposal); coupled slem
+  (coupling="gumbel", xvocab.coupling): the target's race written as argmax p E instead of p / E;
 * tli: the draft's distribution restricted to the intersection but not renormalized;
 * slrs: q(d) of the drawn draft token used in place of psi(t), the mass of all draft tokens
   whose first target token is t. On the mirrored pairs the draft's candidates inside the target's
@@ -296,6 +297,27 @@ def test_each_negative_control_is_rejected_through_the_batched_path(cases, alg, 
     case, patch = CONTROLS[alg]
     patch(monkeypatch)
     assert sampled_pvalue(cases[case], alg, SETTINGS["T1-top_k3"], batch=50) < ALPHA
+
+
+@pytest.mark.parametrize("case,setting,batch", [("starcoder<-refact", "T0.7-top_p0.95", 0),
+                                                 pytest.param("starcoder<-refact", "T1-top_k3", 0, marks=pytest.mark.slow),
+                                                 pytest.param("llama-spm<-gpt-2", "T0.7-top_p0.95", 50,
+                                                              marks=pytest.mark.slow)])
+def test_coupled_slem_follows_the_target(cases, case, setting, batch):
+    """coupling="gumbel" (xvocab.coupling): the target samples each position as a race on that position's
+    noise, which the draft read too."""
+    assert sampled_pvalue(cases[case], "slem", SETTINGS[setting], batch=batch, coupling="gumbel") > ALPHA
+
+
+def test_coupled_slem_with_the_race_written_as_a_product_is_rejected(cases, monkeypatch):
+    """The control: the target's race taken as argmax p(x) E(x) (the Gumbel-max sign slip: argmax log p - G
+    instead of log p + G) is a flatter law than p, and fails the same test (at T = 0.7 with top-p, where the
+    tiny target's distributions are peaked enough to tell; its top-3 at T = 1 are near uniform, and there the
+    two laws nearly agree)."""
+    from xvocab import verify
+
+    monkeypatch.setattr(verify, "race", lambda probs, noise: int((probs.float() * noise).argmax()))
+    assert sampled_pvalue(cases["starcoder<-refact"], "slem", SETTINGS["T0.7-top_p0.95"], coupling="gumbel") < ALPHA
 
 
 def test_power_statement():

@@ -83,7 +83,8 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
                    top_k: int = defaults.TOP_K, top_p: float = defaults.TOP_P, seed: int | list[int] = defaults.SEED,
                    draft_confidence: float = defaults.DRAFT_CONFIDENCE, draft_encoding: str | None = None,
                    policy=None, graphs: bool = False, draft_temperature: float | None = defaults.DRAFT_TEMPERATURE,
-                   batch_size: int | None = None, on_finish=None, progress: bool = False) -> list[engine.Output]:
+                   batch_size: int | None = None, on_finish=None, coupling: str = defaults.COUPLING,
+                   progress: bool = False) -> list[engine.Output]:
     """Continue every prompt of `prompts` with `target`, drafted by `draft` through `algorithm`, as one batch.
 
     Row i is decoded as `xvocab.generate(prompts[i], ..., seed=seed + i)` would decode it (module docstring;
@@ -128,7 +129,8 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
         t_side = Side(None, pair.target_codec, t_prompt)
         d_side = Side(None, pair.draft_codec, pair.draft_prompt(prompt)) if speculating else t_side
         ctx = DraftContext(t_side, d_side, engine.draft_params(params, draft_temperature), draft_generator,
-                           pair.same_vocab, pair.tables, draft_confidence)
+                           pair.same_vocab, pair.tables, draft_confidence,
+                           tape=engine.noise_tape(coupling, algorithm, params, seeds[i], target, device))
         rows.append(_Row(i, t_side, d_side, ctx, generator, Stats(k=k), speculating))
     if speculating:
         d_dec = BatchDecoder(draft, slots,
@@ -164,7 +166,8 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
         for r in live:
             proposal = proposals[r.index]
             r.forwards += 1
-            n_acc, nxt = engine.verify_proposal(logits[r.slot], proposal, params, r.generator)
+            n_acc, nxt = engine.verify_proposal(logits[r.slot], proposal, params, r.generator, r.ctx.tape,
+                                                position=len(r.out))
             accepted.append((len(proposal.ids), n_acc))
             new = proposal.ids[:n_acc] + [nxt]
             r.stats.record_step(len(proposal.ids), n_acc, first_token=not r.out, now=now - r.start)
@@ -172,6 +175,8 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
             room = max_new_tokens - len(r.out)
             new = new[: room if stop is None else min(stop + 1, room)]
             r.out += new
+            if r.ctx.tape is not None:
+                r.ctx.tape.release(len(r.out))
             bar.update(len(new))
             r.t_side.rewind(len(r.t_side.stream.ids), new)
             if stop is not None or len(r.out) >= max_new_tokens:

@@ -18,6 +18,7 @@ DRAFT_CONFIDENCE = 0.0  # > 0: stop a draft after a token the draft gives less p
 CACHE = "dynamic"       # where states live: dynamic (the reference) | static (pre-allocated, for CUDA graphs)
 THREADS = 2             # CPU threads experiments pin, so timings compare across runs
 DRAFT_TEMPERATURE = None  # the draft samples at the target's temperature unless told otherwise
+COUPLING = "none"       # "gumbel": slem's draft and the target's samples race on shared noise (xvocab.coupling)
 BATCH_SIZE = 1          # prompts an experiment decodes together (xvocab.generate_batch above 1)
 POLICY = False          # experiments: choose k per round from costs and acceptance (xvocab.policy)
 # The default pair: Gemma 3 270M and the drafter distilled for it, shipped in xvocab/zoo/drafters/.
@@ -27,7 +28,7 @@ DRAFT = "gemma-3-270m-drafter-deepseek-coder-aligned"
 # Run-config keys that mean the library's default when null.
 RUN_KEYS = {"k": K, "max_new_tokens": MAX_NEW_TOKENS, "temperature": TEMPERATURE, "top_k": TOP_K, "top_p": TOP_P,
             "seed": SEED, "draft_confidence": DRAFT_CONFIDENCE, "draft_temperature": DRAFT_TEMPERATURE,
-            "threads": THREADS, "cache": CACHE, "batch_size": BATCH_SIZE, "policy": POLICY}
+            "coupling": COUPLING, "threads": THREADS, "cache": CACHE, "batch_size": BATCH_SIZE, "policy": POLICY}
 
 
 def fill(cfg: dict) -> dict:

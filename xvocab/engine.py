@@ -22,13 +22,15 @@ from xvocab.algorithms import DRAFTERS, DraftContext, Proposal
 from xvocab.algorithms.common import Side, run
 from xvocab.alignment.tables import same_vocabulary
 from xvocab.alignment.translate import common_prefix_length
+from xvocab.coupling import COUPLINGS, NoiseTape
 from xvocab.errors import ConfigError, ContextFullError, VocabularyMismatchError
 from xvocab.kv import CACHES, Decoder
-from xvocab.pair import head_device, prepare
+from xvocab.pair import head_device, output_vocab, prepare
 from xvocab.roles import prompt_ids
 from xvocab.sampling import ProbRows, SamplingParams, logits_to_probs
 from xvocab.stats import Stats
-from xvocab.verify import exact_match_verify, greedy_verify, rejection_verify, rejection_verify_rows
+from xvocab.verify import (coupled_exact_match_verify, exact_match_verify, greedy_verify, rejection_verify,
+                           rejection_verify_rows)
 
 ALGORITHMS = tuple(DRAFTERS)
 
@@ -65,6 +67,16 @@ def _check_context(target, n_prompt: int, max_new_tokens: int) -> None:
                           f"target's context of {limit}; shorten the prompt or lower max_new_tokens")
 
 
+def noise_tape(coupling: str, algorithm: str, params: SamplingParams, seed: int, target, device) -> NoiseTape | None:
+    """The NoiseTape a sampled run verifies exact matches with under coupling="gumbel" (ar and slem; the
+    rejection-sampling algorithms ignore it), else None."""
+    if coupling not in COUPLINGS:
+        raise ConfigError(f"coupling={coupling!r}; choose one of {', '.join(COUPLINGS)}")
+    if coupling == "none" or params.greedy or algorithm not in ("ar", "slem"):
+        return None
+    return NoiseTape(seed, output_vocab(target), device)
+
+
 def draft_params(params: SamplingParams, draft_temperature: float | None) -> SamplingParams:
     """The sampling the draft proposes with: the target's, or at `draft_temperature` when the target samples."""
     if draft_temperature is None or params.greedy:
@@ -75,14 +87,18 @@ def draft_params(params: SamplingParams, draft_temperature: float | None) -> Sam
 
 
 def verify_proposal(logits: torch.Tensor, proposal: Proposal, params: SamplingParams,
-                    generator: torch.Generator) -> tuple[int, int]:
+                    generator: torch.Generator, tape: NoiseTape | None = None, position: int = 0) -> tuple[int, int]:
     """(accepted count, next id) for `proposal` given the target's logits [n + 1, V] after the sequence and after
-    each proposed id: greedy match, exact match (SLEM: no distribution) or rejection sampling (sd, tli, slrs)."""
+    each proposed id: greedy match, exact match (SLEM and ar: no distribution; with a `tape`, the target's
+    samples are races on its noise at continuation positions `position`, ...) or rejection sampling (sd, tli,
+    slrs)."""
     device = logits.device
     proposed = torch.tensor(proposal.ids, dtype=torch.long, device=device)
     if params.greedy:
         return greedy_verify(logits, proposed)
     if proposal.probs is None:
+        if tape is not None:
+            return coupled_exact_match_verify(ProbRows(logits, params), proposed, tape, position)
         return exact_match_verify(ProbRows(logits, params), proposed, generator)  # rows on demand
     on_cpu = device.type == "cpu"  # rows on demand there; one vectorized pass on accelerators
     verify = rejection_verify_rows if on_cpu else rejection_verify
@@ -95,7 +111,7 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
              temperature: float = defaults.TEMPERATURE, top_k: int = defaults.TOP_K, top_p: float = defaults.TOP_P,
              seed: int = defaults.SEED, draft_confidence: float = defaults.DRAFT_CONFIDENCE,
              draft_encoding: str | None = None, cache: str = defaults.CACHE,
-             draft_temperature: float | None = defaults.DRAFT_TEMPERATURE) -> Output:
+             draft_temperature: float | None = defaults.DRAFT_TEMPERATURE, coupling: str = defaults.COUPLING) -> Output:
     """Continue `prompt` with `target`, drafted by `draft` through `algorithm`; lossless for every algorithm.
 
     `draft_confidence` > 0 stops a draft early, after a token the draft itself gives less than that
@@ -111,6 +127,11 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
     a drafter flatter than the target gains from sampling colder; 0 drafts greedily (then verified by exact
     match, as vLLM drafts). Ignored at temperature 0 (the draft is greedy there).
 
+    `coupling` (sampling with `slem` or `ar`): "gumbel" makes the target sample each position as a race on
+    noise drawn per position (xvocab.coupling.NoiseTape) and SLEM's draft propose on the same noise, so its
+    proposals match the target's samples far more often; the output is then a function of the seed alone
+    (coupled slem = coupled ar, token for token) and still follows the target. "none": independent draws.
+
     `cache` is where both models keep their states (xvocab.kv.Decoder): `dynamic` (transformers'
     DynamicCache, the reference) or `static` (pre-allocated buffers rolled back by length: the shapes
     CUDA graphs need) or `graph` (steps of a few fixed shapes over such buffers, each captured once as a CUDA
@@ -125,7 +146,7 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
                               draft_tokenizer=draft_tokenizer, algorithm=algorithm, k=k, max_new_tokens=max_new_tokens,
                               temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
                               draft_confidence=draft_confidence, draft_encoding=draft_encoding, graphs=True,
-                              draft_temperature=draft_temperature)[0]
+                              draft_temperature=draft_temperature, coupling=coupling)[0]
     if not 0 <= draft_confidence <= 1:
         raise ConfigError(f"draft_confidence={draft_confidence} is outside [0, 1]; use 0 to always draft k tokens")
     params = SamplingParams(temperature, top_k, top_p)
@@ -148,8 +169,9 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
     d_device = head_device(draft) if drafting else device
     # Drafting draws from its own generator on the draft's device (a second stream of the same seed).
     draft_generator = generator if d_device == device else torch.Generator(device=d_device).manual_seed(seed + 1)
+    tape = noise_tape(coupling, algorithm, params, seed, target, device)
     ctx = DraftContext(t_side, d_side, draft_params(params, draft_temperature), draft_generator, pair.same_vocab,
-                       pair.tables, draft_confidence)
+                       pair.tables, draft_confidence, tape=tape)
     eos, same = pair.eos, pair.same_vocab
     stats = Stats(k=k)
     out: list[int] = []
@@ -166,12 +188,14 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
                 drafting = False  # the draft's context is full: the target decodes on alone (still exact)
                 stats.draft_stopped_at = len(out)
         logits = t_side.decoder.step(t_side.full(), proposal.ids)  # [n + 1, V]
-        n_acc, nxt = verify_proposal(logits, proposal, params, generator)
+        n_acc, nxt = verify_proposal(logits, proposal, params, generator, tape, position=len(out))
         new = proposal.ids[:n_acc] + [nxt]
         stats.record_step(len(proposal.ids), n_acc, first_token=not out, now=time.perf_counter() - wall0)
         stop = next((i for i, x in enumerate(new) if x in eos), None)
         new = new[: max_new_tokens - len(out) if stop is None else min(stop + 1, max_new_tokens - len(out))]
         out += new
+        if tape is not None:
+            tape.release(len(out))
         # The target's cache keeps the accepted proposals (Decoder keeps the prefix it shares with what comes next).
         t_side.rewind(len(t_side.stream.ids), new)
         if stop is not None:

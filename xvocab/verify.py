@@ -12,7 +12,8 @@ Two rules, each lossless (output ~ p, the target's distribution):
   the target vocabulary; accept c_i with probability min(1, p_i(c_i) / r_i(c_i))
   (Leviathan et al. 2023, Chen et al. 2023).
 * `exact_match_verify` (SLEM): the target draws its own token t_i ~ p_i; c_i is accepted
-  iff it equals t_i. Needs no draft probabilities.
+  iff it equals t_i. Needs no draft probabilities. `coupled_exact_match_verify` draws t_i by a race
+  on noise the drafter may also have read (xvocab.coupling).
 
 At temperature 0 both reduce to `greedy_verify`: p and r are one-hot, so a proposal is
 accepted iff it is the target's argmax, and the next token is the argmax where they
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import torch
 
+from xvocab.coupling import NoiseTape, race
 from xvocab.sampling import ProbRows, argmax, inverse_cdf, sample, uniforms
 
 
@@ -85,6 +87,20 @@ def exact_match_verify(target_probs: torch.Tensor | ProbRows,  # [n + 1, V]
     wanted = proposed.tolist()
     for i in range(n + 1):
         own = int(inverse_cdf(target_probs[i], u[i]))
+        if i == n or own != wanted[i]:
+            return i, own
+    raise AssertionError("unreachable")
+
+
+def coupled_exact_match_verify(target_probs: torch.Tensor | ProbRows,  # [n + 1, V]
+                               proposed: torch.Tensor,                  # [n] long
+                               tape: NoiseTape, position: int) -> tuple[int, int]:
+    """`exact_match_verify` with the target sampling position `position + i` as the race on the tape's noise
+    there (xvocab.coupling): no generator is read, so the emitted tokens depend on the tape alone."""
+    n = proposed.shape[0]
+    wanted = proposed.tolist()
+    for i in range(n + 1):
+        own = race(target_probs[i], tape.at(position + i).to(target_probs.device))
         if i == n or own != wanted[i]:
             return i, own
     raise AssertionError("unreachable")

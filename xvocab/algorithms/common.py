@@ -15,6 +15,7 @@ import torch
 
 from xvocab.alignment.tables import PairTables
 from xvocab.alignment.translate import Stream, sync
+from xvocab.coupling import NoiseTape, draft_noise, race
 from xvocab.kv import Decoder
 from xvocab.sampling import SamplingParams, argmax, logits_to_probs, sample
 from xvocab.tokens import ByteCodec
@@ -54,6 +55,7 @@ class DraftContext:
     maps: PairTables | None  # the per-pair id tables (None for ar)
     draft_confidence: float = 0.0  # stop drafting after a token the draft gives less than this probability
     align_seconds: float = 0.0
+    tape: NoiseTape | None = None  # coupling="gumbel": the noise the target samples with (xvocab.coupling)
 
     def confident(self, logits: torch.Tensor, d: int) -> bool:
         """Whether to keep drafting after id d: its probability under the draft softmax of `logits` (as
@@ -76,16 +78,20 @@ class DraftContext:
         table = self.draft.codec.token_bytes
         return table[d] if d < len(table) else None
 
-    def draw(self, logits: torch.Tensor) -> tuple[int, torch.Tensor | None]:  # logits [V_draft]
+    def draw(self, logits: torch.Tensor, position: int | None = None) -> tuple[int, torch.Tensor | None]:
         """A draft id from q = the distribution of `logits` (a drafter that restricts its ids passes
         DraftIds.restrict(logits): q is then renormalized over them), and q itself [V_draft].
 
         Greedy: the restricted argmax and no q, since every verification rule then reduces to
         comparing with the target's argmax (xvocab.verify.greedy_verify) and needs no distribution.
+        `position`: the continuation position the id is meant to match there, for an exact-match drafter
+        under coupling (with a tape, the id races on that position's noise: xvocab.coupling).
         """
         if self.params.greedy:
             return int(argmax(logits)), None
         q = logits_to_probs(logits, self.params)
+        if self.tape is not None and position is not None:
+            return race(q, draft_noise(self.tape, position, self.maps.tli.to_target, self.generator)), q
         return int(sample(q, self.generator)), q
 
 

@@ -13,6 +13,9 @@ spelling b" if n <= 1:"; re-tokenized for Gemma this becomes [`▁if`, `▁n`, `
 A draft EOS is proposed as the target's EOS after the text; any other special token ends the draft
 unproposed. Bytes the target cannot spell (falcon's missing control bytes) end the proposal.
 Cost: k draft forwards, one re-tokenization of O(window + k) tokens, one target forward.
+With coupling="gumbel" (xvocab.coupling) the j-th drafted id races on the noise the target samples position
+t + j with: exact for any drafter, and agreeing with the target's sample far more often when sampling (the
+alignment of draft and target positions is assumed one to one, as the target-aligned encoding makes it).
 """
 from __future__ import annotations
 
@@ -26,9 +29,10 @@ from xvocab.tokens import UnrepresentableTextError
 def draft(ctx: DraftContext, k: int) -> Proposal:
     start_len = len(ctx.draft.stream.ids)
     end = None  # the target id proposed for a draft EOS (xvocab.alignment.tables: one rule for all algorithms)
-    for _ in range(k):
+    position = len(ctx.target.stream.ids)  # the continuation position the first drafted id is meant for
+    for j in range(k):
         logits = yield from ctx.draft.next_logits()
-        d, _ = ctx.draw(logits)
+        d, _ = ctx.draw(logits, position + j)  # under coupling: raced on that position's noise
         if ctx.draft_bytes(d) is None:  # a special token ends the draft; only EOS is proposed (as the target's)
             end = ctx.maps.roles.get(d)
             break

@@ -1,0 +1,116 @@
+"""Coupled exact match (xvocab.coupling): SLEM's draft and the target's samples race on shared noise.
+
+* The tape: values independent of the order positions are asked in; released positions refuse.
+* The race samples p (chi-square), and `agreement`'s closed form matches simulation.
+* Drafter invariance, the proof of losslessness by equality: with coupling="gumbel", sampled SLEM emits
+  exactly what sampled `ar` emits for the same seed, token for token (and so does the batched path, with
+  slots reused and a policy switching speculation on and off); without coupling it does not (the control).
+* It pays: on a mirrored pair (the draft's distribution is the target's on the intersection) coupled SLEM
+  accepts far more than independent SLEM.
+The chi-square distribution tests of coupled SLEM, with a negative control, are in tests/test_distributions.py.
+"""
+from __future__ import annotations
+
+import collections
+
+import pytest
+import torch
+from _support import chi_square_pvalue, flipping_policy, mirrored_pairs
+
+import xvocab
+from xvocab import generate, generate_batch
+from xvocab.coupling import NoiseTape, agreement, race
+from xvocab.errors import ConfigError
+
+PAIRS = [("starcoder", "refact"), ("llama-spm", "mistral-v1")]
+PROMPTS = ["def fibonacci(n):", "x = [1, 2,", "The quick brown fox"]
+
+
+@pytest.fixture(scope="module")
+def pairs():
+    return mirrored_pairs(PAIRS)
+
+
+def test_the_tape_does_not_depend_on_the_order_of_asking():
+    ahead, in_order = NoiseTape(3, 50), NoiseTape(3, 50)
+    late = ahead.at(4).clone()                       # a drafter looking ahead first
+    assert all(torch.equal(ahead.at(t), in_order.at(t)) for t in range(5))
+    assert torch.equal(late, in_order.at(4))
+    assert not torch.equal(in_order.at(0), in_order.at(1))
+    assert not torch.equal(NoiseTape(4, 50).at(0), in_order.at(0))  # the seed matters
+    in_order.release(2)
+    with pytest.raises(ValueError, match="released"):
+        in_order.at(1)
+    assert torch.equal(in_order.at(4), late)
+
+
+def test_the_race_samples_p_and_agreement_is_its_match_probability():
+    p = torch.tensor([0.5, 0.25, 0.15, 0.1, 0.0])
+    q = torch.tensor([0.1, 0.2, 0.3, 0.4, 0.0])
+    n, counts, matches = 4000, collections.Counter(), 0
+    for i in range(n):
+        tape = NoiseTape(i, 5)
+        x = race(p, tape.at(0))
+        counts[(x,)] += 1
+        matches += x == race(q, tape.at(0))
+    assert counts[(4,)] == 0
+    exact = {(i,): float(p[i]) for i in range(4)}
+    assert chi_square_pvalue(counts, exact, n) > 1e-6
+    # A wrong law fails the same test (the control): p shifted toward its second token.
+    assert chi_square_pvalue(counts, {(0,): 0.4, (1,): 0.35, (2,): 0.15, (3,): 0.1}, n) < 1e-6
+    expected = agreement(p, q)
+    se = (expected * (1 - expected) / n) ** 0.5
+    assert abs(matches / n - expected) < 5 * se, (matches / n, expected)
+    tv = 0.5 * float((p - q).abs().sum())
+    assert (1 - tv) / (1 + tv) <= expected <= 1 - tv
+    assert agreement(p, p) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("pair", PAIRS, ids=lambda p: f"{p[0]}<-{p[1]}")
+def test_coupled_slem_emits_exactly_what_coupled_ar_emits(pairs, pair):
+    target, tt, draft, dt = pairs[pair]
+    kw = dict(target=target, target_tokenizer=tt, max_new_tokens=24, coupling="gumbel")
+    for temperature, top_k, top_p in ((1.0, 0, 1.0), (0.8, 20, 0.95)):
+        for seed, prompt in enumerate(PROMPTS):
+            s = dict(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+            ar = generate(prompt, algorithm="ar", **kw, **s).token_ids
+            slem = generate(prompt, algorithm="slem", draft=draft, draft_tokenizer=dt, k=4, **kw, **s)
+            assert slem.token_ids == ar, (temperature, seed)
+            assert slem.stats.target_forwards < len(ar)  # it did speculate, and got proposals accepted
+    # The control: without coupling, the random streams depend on the proposals, and the outputs differ.
+    s = dict(temperature=1.0, seed=0)
+    free = [generate(p, algorithm=a, draft=draft, draft_tokenizer=dt, target=target, target_tokenizer=tt,
+                     max_new_tokens=24, **s).token_ids for p in PROMPTS for a in ("ar", "slem")]
+    assert free[0::2] != free[1::2]
+
+
+def test_coupling_pays_where_the_draft_knows_the_target():
+    """A draft that is the target (one gpt-2 vocabulary, top-5 at T = 1): racing on shared noise, its proposals
+    are the target's own samples and all are accepted; drawn independently they match with probability
+    sum p^2 per position."""
+    tok = xvocab.zoo.tokenizer("gpt-2")
+    model = xvocab.zoo.tiny_model(tok, seed=1)
+    kw = dict(target=model, target_tokenizer=tok, draft=model, draft_tokenizer=tok, algorithm="slem", k=4,
+              max_new_tokens=30, temperature=1.0, top_k=5)
+    tau = {c: sum(o.stats.new_tokens for o in outs) / sum(o.stats.target_forwards for o in outs)
+           for c in ("none", "gumbel")
+           for outs in [[generate(p, seed=i, coupling=c, **kw) for i, p in enumerate(PROMPTS)]]}
+    assert tau["gumbel"] == pytest.approx(5.0, abs=0.25) and tau["none"] < 2.5, tau
+
+
+def test_the_batched_path_is_coupled_too_with_slots_reused_and_a_policy(pairs):
+    target, tt, draft, dt = pairs["starcoder", "refact"]
+    kw = dict(target=target, target_tokenizer=tt, max_new_tokens=20, temperature=1.0, coupling="gumbel")
+    prompts = PROMPTS * 2
+    ar = [generate(p, algorithm="ar", seed=9 + i, **kw).token_ids for i, p in enumerate(prompts)]
+    policy = flipping_policy()
+    rows = generate_batch(prompts, algorithm="slem", draft=draft, draft_tokenizer=dt, k=4, seed=9, batch_size=4,
+                          policy=policy, **kw)
+    assert [r.token_ids for r in rows] == ar
+    assert len({entry["k"] for entry in policy.log}) >= 2
+
+
+def test_an_unknown_coupling_names_the_choices(pairs):
+    target, tt, _, _ = pairs["starcoder", "refact"]
+    with pytest.raises(ConfigError, match="coupling='gumble'; choose one of none, gumbel"):
+        generate("x", target=target, target_tokenizer=tt, algorithm="ar", temperature=1.0, coupling="gumble")
