@@ -233,7 +233,8 @@ def test_the_policy_learns_what_whole_rounds_cost_and_probes_the_other_kind():
     assert policy.log[0]["k"] == 4 and policy.excess(True) == pytest.approx(2.0) and policy.excess(False) == 0
     run(11, 2.0)
     late = policy.log[4:]
-    assert all(e["k"] == 0 or e["probe"] for e in late) and sum(e["k"] > 0 for e in late) == 2, late
+    # Probes into speculation come in pairs: the first one catches the draft up (left out of the excess).
+    assert all(e["k"] == 0 or e["probe"] for e in late) and sum(e["k"] > 0 for e in late) == 4, late
     run(12, 0.0)
     assert all(e["k"] > 0 or e["probe"] for e in policy.log[-4:]), policy.log[-4:]
 

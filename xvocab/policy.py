@@ -13,10 +13,18 @@ before decoding; as rows finish, the policy reads the costs of the smallest meas
 the live one. Those are forwards alone: a real round also pays host work per row (drafter bookkeeping,
 re-tokenization, verification) and the draft's catch-up forward over what the target emitted. So the policy
 also times whole rounds (`observe(..., round_seconds=)`) and adds to each prediction the mean measured excess
-per live row of the last `window` rounds of the same kind (speculating, or not); to keep both kinds
-measured, after `probe_every` rounds of one kind it runs one round of the other. Acceptance: a = accepted / (accepted + rejections) over the last `window` rounds (the
-maximum-likelihood estimate for a geometric count of accepted ids cut at the proposal's length), `prior`
-until anything is observed; the probe into speculation drafts k_max ids, to see the most.
+per live row of the last `window` rounds of the same kind (speculating, or not; the first speculating round
+after rounds off is left out, its draft catching up on what it missed); to keep both kinds measured, after
+`probe_every` rounds of one kind it runs one round of the other.
+
+Acceptance: a = accepted / (accepted + rejections) over the last `window` rounds (the maximum-likelihood
+estimate for a geometric count of accepted ids cut at the proposal's length), `prior` until anything is
+observed; the probe into speculation drafts k_max ids, to see the most.
+
+The objective is tokens per second of the round at hand, which is a run's throughput while the batch is
+full (continuous batching over a queue of prompts). It does not see the drain at the end of a finite queue,
+where rows that speculated unevenly finish one by one in rounds of few rows (plain decoding of equal-length
+rows finishes them together).
 
 Invariant: the policy changes how many ids are proposed, never which token is emitted; every algorithm is
 lossless for any k (tests/test_batch.py compares outputs with the policy on and off).
@@ -93,6 +101,8 @@ class Policy:
     _seen: deque = field(default_factory=deque)
     _excess: dict = field(default_factory=lambda: {False: deque(), True: deque()})  # speculating -> s per row
     _since: dict = field(default_factory=lambda: {False: 0, True: 0})  # rounds since each kind last ran
+    _last_k: int | None = None
+    _second_probe: bool = False
 
     def acceptance(self) -> float:
         accepted = sum(m for rounds in self._seen for _, m in rounds)
@@ -120,8 +130,13 @@ class Policy:
         rates = self.rates(k_max, batch)
         k = max(rates, key=lambda j: (rates[j], -j))  # ties: the shorter draft
         probe = k_max > 0 and self._since[k == 0] + 1 >= self.probe_every
-        if probe:  # the other kind has not run for probe_every rounds: measure it once
+        if self._second_probe and k == 0:
+            # The last round probed speculation after rounds off: its draft caught up (a round left out of the
+            # excess), so one more speculating round, to time one.
+            k, probe = k_max, True
+        elif probe:  # the other kind has not run for probe_every rounds: measure it once
             k = k_max if k == 0 else 0
+        self._second_probe = probe and k > 0 and self._last_k == 0 and not self._second_probe
         for kind in self._since:
             self._since[kind] = 0 if kind == (k > 0) else self._since[kind] + 1
         self.log.append({"batch": batch, "k": k, "probe": probe, "acceptance": round(self.acceptance(), 4),
@@ -137,7 +152,9 @@ class Policy:
             self.log[-1].update(accepted=[m for _, m in accepted], verify_s=round(verify_seconds, 5))
             if rows is not None:
                 self.log[-1]["rows"] = rows
-        if round_seconds is not None:
+        catch_up = k > 0 and self._last_k == 0  # the draft first feeds what it missed while off: a one-off
+        self._last_k = k
+        if round_seconds is not None and not catch_up:
             excess = self._excess[k > 0]
             excess.append((round_seconds - self.forward_seconds(k, batch)) / batch)
             while len(excess) > self.window:
