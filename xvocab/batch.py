@@ -54,13 +54,11 @@ class _Row:
     drafting: bool
     out: list[int] = field(default_factory=list)
     slot: int | None = None   # its row in both BatchDecoders while it runs
-    done: bool = False
     start: float = 0.0        # when it took its slot (perf_counter)
     wall: float = 0.0         # seconds from its slot to its last token
     fed: tuple = (0, 0, 0)    # (target tokens, draft forwards, draft tokens) its slot had taken before it
     output: engine.Output | None = None
     forwards: int = 0         # target forwards this row took part in
-    draft_forwards: int = 0
 
 
 def _start(drafting) -> tuple[list[int] | None, Proposal | None]:
@@ -144,8 +142,7 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
         while waiting and free:
             r = waiting.pop(0)
             r.slot, r.start = free.pop(0), time.perf_counter()
-            r.fed = (t_dec.row_tokens[r.slot], *((d_dec.row_forwards[r.slot], d_dec.row_tokens[r.slot])
-                                                  if d_dec is not None else (0, 0)))
+            r.fed = _slot_counts(r.slot, t_dec, d_dec)
             admitted.append(r)
         if admitted:
             # Prefill the newcomers in forwards of their own: inside a round, a prompt would pad every other
@@ -180,7 +177,7 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
             bar.update(len(new))
             r.t_side.rewind(len(r.t_side.stream.ids), new)
             if stop is not None or len(r.out) >= max_new_tokens:
-                r.done, r.wall = True, time.perf_counter() - r.start
+                r.wall = time.perf_counter() - r.start
                 output = _finish(r, t_dec, d_dec, target_tokenizer)
                 t_dec.drop(r.slot)
                 if d_dec is not None:
@@ -204,11 +201,16 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
     return [r.output for r in rows]
 
 
+def _slot_counts(slot: int, t_dec: BatchDecoder, d_dec: BatchDecoder | None) -> tuple[int, int, int]:
+    """(target tokens, draft forwards, draft tokens) a slot has taken so far, over every row that held it."""
+    return (t_dec.row_tokens[slot], *((d_dec.row_forwards[slot], d_dec.row_tokens[slot])
+                                      if d_dec is not None else (0, 0)))
+
+
 def _finish(r: _Row, t_dec: BatchDecoder, d_dec: BatchDecoder | None, tokenizer) -> engine.Output:
     """Row r's Output (kept on the row) from what its slot took part in since it took the slot."""
-    fed = (t_dec.row_tokens[r.slot], *((d_dec.row_forwards[r.slot], d_dec.row_tokens[r.slot])
-                                       if d_dec is not None else (0, 0)))
-    target_fed, draft_forwards, draft_fed = (now - before for now, before in zip(fed, r.fed))
+    target_fed, draft_forwards, draft_fed = (now - before for now, before in
+                                             zip(_slot_counts(r.slot, t_dec, d_dec), r.fed))
     r.stats.finish(new_tokens=len(r.out), wall_seconds=r.wall, target_forwards=r.forwards,
                    prompt_tokens=len(r.t_side.prompt), target_tokens_fed=target_fed,
                    draft_forwards=draft_forwards, draft_tokens_fed=draft_fed, align_seconds=r.ctx.align_seconds)
@@ -242,7 +244,6 @@ def _draft_round(live: list[_Row], algorithm: str, k: int, max_new_tokens: int,
         logits = d_dec.step({i: (seq, []) for i, seq in asks.items()})
         nxt = {}
         for i in asks:
-            by_slot[i].draft_forwards += 1
             nxt[i], done = _resume(calls[i], logits[i][-1])
             if done is not None:
                 proposals[by_slot[i].index] = done
