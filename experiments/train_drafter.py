@@ -3,10 +3,13 @@
 Runs xvocab.drafter's stages with the settings of conf/train_drafter.yaml: the target continues
 standard-library code prompts (teacher text, resumable shards), then a small Llama-architecture
 student with the chosen tokenizer is trained on that text (resumable checkpoints) and saved as a
-Hugging Face checkpoint at `out_dir`, with its training log and loss curve beside it.
+Hugging Face checkpoint at `out_dir`, with its training log and loss curve beside it. The optional
+`onpolicy` stage has a drafter continue the same prompts and the target score its text
+(xvocab.drafter.onpolicy); `student.onpolicy=true` adds those shards to the training documents.
 
     python -m experiments.train_drafter stage=teacher teacher.time_budget_s=1800   # data only, 30 min
     python -m experiments.train_drafter draft_tokenizer=llama-spm student.steps=2000
+    python -m experiments.train_drafter stage=onpolicy onpolicy.drafter=gemma-3-270m-drafter-deepseek-coder-aligned
 """
 from __future__ import annotations
 
@@ -19,23 +22,35 @@ from omegaconf import DictConfig, OmegaConf
 
 from experiments.runner import load_model, load_tokenizer, resolve_device
 from xvocab import zoo
+from xvocab.alignment.aligned import draft_codec, model_encoding
 from xvocab.drafter import code_prompts, generate_teacher_text
+from xvocab.drafter.onpolicy import generate_onpolicy_data
 from xvocab.drafter.teacher import length_buckets
 from xvocab.drafter.train import has_amx
 from xvocab.packed_linear import packed_linears
 from xvocab.errors import ConfigError
 
 CONF = str(Path(__file__).resolve().parent.parent / "conf")
-STAGES = ("teacher", "student", "all")
+STAGES = ("teacher", "onpolicy", "student", "all")  # all: teacher then student
+
+
+def stage_prompts(cfg: DictConfig, n_prompts: int) -> list[dict]:
+    """The first `n_prompts` standard-library prompts, in the order the teacher stage cuts them into shards."""
+    entry_points = {row["entry_point"] for row in zoo.dataset("humaneval")}
+    prompts = code_prompts(seed=cfg.seed, exclude_names=entry_points, max_chars=cfg.teacher.max_prompt_chars)
+    # Bucketed before the cut, so a smaller n_prompts gives the same first batches (a prefix of the shards).
+    return length_buckets(prompts, window=8 * cfg.teacher.batch_size)[:n_prompts]  # less padding per batch
+
+
+def target_dtype(cfg: DictConfig, device: str) -> str:
+    t = cfg.teacher
+    return t.dtype if t.dtype != "auto" else ("bfloat16" if device.startswith("cuda") or has_amx() else "float32")
 
 
 def teacher_stage(cfg: DictConfig, device: str) -> Path:
     t = cfg.teacher
-    entry_points = {row["entry_point"] for row in zoo.dataset("humaneval")}
-    prompts = code_prompts(seed=cfg.seed, exclude_names=entry_points, max_chars=t.max_prompt_chars)
-    # Bucketed before the cut, so a smaller n_prompts gives the same first batches (a prefix of the shards).
-    prompts = length_buckets(prompts, window=8 * t.batch_size)[:t.n_prompts]  # less padding per batch
-    dtype = t.dtype if t.dtype != "auto" else ("bfloat16" if device.startswith("cuda") or has_amx() else "float32")
+    prompts = stage_prompts(cfg, t.n_prompts)
+    dtype = target_dtype(cfg, device)
     target, tokenizer = load_model(cfg.target, dtype, device, None)
     meta = {"target": cfg.target, "prompts": "python-stdlib", "python": platform.python_version(),
             "max_prompt_chars": t.max_prompt_chars, "dtype": dtype, "order": "length-bucketed x8"}
@@ -44,6 +59,28 @@ def teacher_stage(cfg: DictConfig, device: str) -> Path:
                                      batch_size=t.batch_size, max_new_tokens=t.max_new_tokens,
                                      sample_fraction=t.sample_fraction, temperature=t.temperature, seed=cfg.seed,
                                      meta=meta, time_budget_s=t.time_budget_s, top_k=t.top_k)
+
+
+def onpolicy_stage(cfg: DictConfig, device: str) -> Path:
+    """The drafter `onpolicy.drafter` continues the teacher's prompts; the target scores its text."""
+    o = cfg.onpolicy
+    if not cfg.teacher.top_k:
+        raise ConfigError("stage=onpolicy records the target's distributions: set teacher.top_k > 0")
+    drafter, draft_tokenizer = load_model(o.drafter, "float32", device, None)
+    if model_encoding(drafter) != "aligned":
+        raise ConfigError(f"onpolicy.drafter={o.drafter} was trained on its tokenizer's own cuts; on-policy data feeds "
+                          f"logit-level distillation, which needs a target-aligned drafter (student.encoding=aligned)")
+    dtype = target_dtype(cfg, device)
+    target, tokenizer = load_model(cfg.target, dtype, device, None)
+    aligned = draft_codec(tokenizer, draft_tokenizer, "aligned")
+    meta = {"target": cfg.target, "drafter": str(o.drafter), "prompts": "python-stdlib", "dtype": dtype,
+            "python": platform.python_version(), "max_prompt_chars": cfg.teacher.max_prompt_chars,
+            "order": "length-bucketed x8"}
+    with packed_linears(target):
+        return generate_onpolicy_data(drafter.eval(), draft_tokenizer, aligned, target, tokenizer,
+                                      stage_prompts(cfg, o.n_prompts), o.dir, batch_size=cfg.teacher.batch_size,
+                                      max_new_tokens=o.max_new_tokens, temperature=o.temperature, seed=cfg.seed,
+                                      top_k=cfg.teacher.top_k, meta=meta, time_budget_s=o.time_budget_s)
 
 
 def student_stage(cfg: DictConfig, device: str, command: str) -> Path:
@@ -61,6 +98,8 @@ def main(cfg: DictConfig) -> None:
     print(OmegaConf.to_yaml(cfg, resolve=True))
     if cfg.stage in ("teacher", "all"):
         teacher_stage(cfg, device)
+    if cfg.stage == "onpolicy":
+        print(f"on-policy data at {onpolicy_stage(cfg, device)}")
     if cfg.stage in ("student", "all"):
         from hydra.core.hydra_config import HydraConfig
 

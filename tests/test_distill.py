@@ -125,3 +125,31 @@ def test_micro_batches_give_the_whole_batch_gradient_with_soft_targets():
     model = build_student(tok, StudentShape(1, 32, 64, 2), seed=0)
     _accumulate(model, ids, mask, labels, torch.device("cpu"), False, 1, rows_soft, Distill(0.0, "tv"))
     assert not torch.allclose(torch.cat([p.grad.flatten() for p in model.parameters()]), grads[0])
+
+
+def test_onpolicy_documents_train_on_the_divergence_only():
+    """Rows marked next_token=False (the drafter's own text) get no labels; their divergence still trains, and
+    a batch of only such rows gives a finite gradient equal to the divergence's alone."""
+    tok = zoo.tokenizer("deepseek-coder")
+    gen = torch.Generator().manual_seed(0)
+    docs = [[tok.bos_token_id] + torch.randint(100, 5000, (n,), generator=gen).tolist() for n in (4, 7)]
+    soft = [{"rows": torch.arange(len(d) - 1), "ids": torch.randint(100, 5000, (len(d) - 1, 4), generator=gen),
+             "p": torch.full((len(d) - 1, 4), 0.2), "next_token": False} for d in docs]
+    ids, mask, labels, rows_soft = batch_rows(docs, [], batch_size=4, raw_fraction=0.0, pad_id=tok.eos_token_id,
+                                              generator=torch.Generator().manual_seed(1), teacher_soft=soft)
+    assert (labels == -100).all()
+    grads = []
+    for weight in (0.5, 1.0):
+        model = build_student(tok, StudentShape(1, 32, 64, 2), seed=0)
+        loss = _accumulate(model, ids, mask, labels, torch.device("cpu"), False, 2, rows_soft, Distill(weight, "fkl"))
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+        assert torch.isfinite(loss) and float(loss) > 0 and torch.isfinite(grads[-1]).all()
+    torch.testing.assert_close(grads[0] * 2, grads[1])   # only the divergence term: weight scales it
+    # Control: the same rows as teacher text (labels kept) change the gradient.
+    for s in soft:
+        s["next_token"] = True
+    ids, mask, labels, rows_soft = batch_rows(docs, [], batch_size=4, raw_fraction=0.0, pad_id=tok.eos_token_id,
+                                              generator=torch.Generator().manual_seed(1), teacher_soft=soft)
+    model = build_student(tok, StudentShape(1, 32, 64, 2), seed=0)
+    _accumulate(model, ids, mask, labels, torch.device("cpu"), False, 2, rows_soft, Distill(0.5, "fkl"))
+    assert not torch.allclose(torch.cat([p.grad.flatten() for p in model.parameters()]), grads[0])

@@ -73,6 +73,68 @@ def test_teacher_distributions_are_the_targets_own_at_each_generated_position(ti
             assert torch.equal(dist["top_ids"][:, 0].long(), ids)
 
 
+def test_scoring_gives_the_targets_own_distributions_and_reproduces_the_teachers(tiny_target):
+    """score_batch (on-policy rounds) = a cache-free unpadded forward of each row alone, an empty continuation
+    included; and scoring the teacher's own generated ids gives back what the teacher recorded while generating."""
+    from xvocab.drafter.onpolicy import score_batch
+
+    target, tok = tiny_target
+    prompts = ["def add(a, b):\n    return", "x", "import os\n", "y = 2"]
+    conts = [tok.encode(" a + b\n", add_special_tokens=False), tok.encode(" = 1", add_special_tokens=False), [],
+             tok.encode("\n\n\ndef main():\n    pass", add_special_tokens=False)]
+    dists = score_batch(target, tok, prompts, conts, top_k=4, rows_per_forward=3)  # a forward of 3, then 1
+    for prompt, cont, dist in zip(prompts, conts, dists):
+        assert dist["ids"].tolist() == cont and dist["top_ids"].shape == dist["top_logp"].shape == (len(cont), 4)
+        if not cont:
+            continue
+        with torch.no_grad():
+            logits = target(torch.tensor([prompt_ids(tok, prompt) + cont])).logits[0, -len(cont) - 1:-1]
+        expect_logp, expect_ids = torch.log_softmax(logits.float(), -1).topk(4, dim=-1)
+        assert torch.equal(dist["top_ids"].long()[:, 0], expect_ids[:, 0])
+        torch.testing.assert_close(dist["top_logp"].float(), expect_logp, atol=2e-2, rtol=1e-2)
+    # Negative control: the same continuation after another prompt is scored differently.
+    other = score_batch(target, tok, ["z"], conts[:1], top_k=4)[0]
+    assert not torch.allclose(other["top_logp"].float(), dists[0]["top_logp"].float(), atol=2e-2)
+    # The teacher's own text, scored afterwards, gives back its recorded distributions.
+    texts, _, recorded = continue_batch(target, tok, prompts[:2], max_new_tokens=8, temperature=1.0,
+                                        generator=torch.Generator().manual_seed(2), top_k=4)
+    rescored = score_batch(target, tok, prompts[:2], [d["ids"].tolist() for d in recorded], top_k=4)
+    for a, b in zip(recorded, rescored):
+        assert torch.equal(a["top_ids"][:, 0], b["top_ids"][:, 0])
+        torch.testing.assert_close(a["top_logp"].float(), b["top_logp"].float(), atol=2e-2, rtol=1e-2)
+
+
+def test_onpolicy_shards_hold_the_drafters_text_scored_by_the_target_and_resume(tiny_target, tmp_path):
+    from xvocab.alignment.aligned import aligned_codec
+    from xvocab.drafter.onpolicy import generate_onpolicy_data, score_batch
+    from xvocab.tokens import codec
+
+    target, tok = tiny_target
+    draft_tok = zoo.tokenizer("deepseek-coder")
+    drafter = build_student(draft_tok, StudentShape(1, 32, 64, 2), seed=0).eval()
+    aligned = aligned_codec(tok, draft_tok)
+    prompts = [{"id": str(i), "prompt": f"def f{i}(x):\n    return"} for i in range(5)]
+    kw = dict(batch_size=2, max_new_tokens=6, temperature=1.0, seed=1, top_k=3, meta={"t": "tiny"})
+    generate_onpolicy_data(drafter, draft_tok, aligned, target, tok, prompts, tmp_path, **kw)
+    rows = read_teacher_text(tmp_path, distributions=True)
+    assert [r["id"] for r in rows] == [str(i) for i in range(5)] and {r["temperature"] for r in rows} == {1.0}
+    assert len({r["completion"] for r in rows}) > 1        # sampled: the rows differ
+    with torch.no_grad():  # the drafter's own continuation, drawn with the shard's generator
+        texts, _, _ = continue_batch(drafter, draft_tok, [r["prompt"] for r in prompts[:2]], max_new_tokens=6,
+                                     temperature=1.0, generator=torch.Generator().manual_seed(1 * 1_000_003 + 0),
+                                     aligned=aligned)
+    assert [r["completion"] for r in rows[:2]] == texts
+    for r in rows:  # the target's ids spell the text, and the distributions are the target's at those ids
+        assert r["dist"]["ids"].tolist() == codec(tok).encode_continuation(r["completion"])
+        again = score_batch(target, tok, [r["prompt"]], [r["dist"]["ids"].tolist()], top_k=3)[0]
+        torch.testing.assert_close(again["top_logp"].float(), r["dist"]["top_logp"].float(), atol=2e-2, rtol=1e-2)
+    (tmp_path / "shard-00001.jsonl").unlink()
+    generate_onpolicy_data(drafter, draft_tok, aligned, target, tok, prompts, tmp_path, **kw)
+    assert [r["completion"] for r in read_teacher_text(tmp_path)] == [r["completion"] for r in rows]
+    with pytest.raises(ConfigError, match="other settings"):
+        generate_onpolicy_data(drafter, draft_tok, aligned, target, tok, prompts, tmp_path, **(kw | {"seed": 2}))
+
+
 def test_teacher_shards_resume_and_refuse_other_settings(tiny_target, tmp_path):
     target, tok = tiny_target
     prompts = [{"id": str(i), "prompt": f"def f{i}(x):\n    return"} for i in range(5)]
@@ -179,10 +241,18 @@ def test_train_drafter_command_end_to_end_on_a_tiny_target(tmp_path):
     distill = [a.replace(f"out_dir={out}", f"out_dir={out2}").replace("name=tiny-drafter", "name=tiny-distilled")
                for a in cmd] + ["stage=student", f"student.init_from={out}", "student.distill_weight=0.5",
                                 "student.distill_loss=tv"]
-    proc = subprocess.run(distill, cwd=root, capture_output=True, text=True, timeout=600)
+    # The drafter just made writes on-policy data, which the distilling student adds to its documents.
+    proc = subprocess.run(cmd + ["stage=onpolicy", f"onpolicy.drafter={out}", "onpolicy.n_prompts=3",
+                                 "onpolicy.max_new_tokens=5"], cwd=root, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert len(read_teacher_text(tmp_path / "work" / "onpolicy", distributions=True)) == 3
+    proc = subprocess.run(distill + ["student.onpolicy=true", "onpolicy.n_prompts=3"], cwd=root, capture_output=True,
+                          text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     record = json.loads((out2 / "xvocab_training.json").read_text())
     assert record["init_from"] == str(out) and record["distill"]["loss"] == "tv"
+    assert record["onpolicy"]["documents"] == 3 and record["onpolicy"]["meta"]["drafter"] == str(out)
+    assert "On-policy data" in (out2 / "README.md").read_text()
     assert 0 <= record["distill"]["teacher_rest_mass"] < 1 and 0 <= record["final_val_tv"] <= 1
     log = [json.loads(line) for line in (out2 / "train_log.jsonl").read_text().splitlines()]
     assert log[0]["step"] == 0 and "val_tv" in log[0] and "val_fkl" in log[-1]   # where it started, where it ended

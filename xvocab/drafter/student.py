@@ -72,7 +72,10 @@ def batch_rows(teacher_docs: list[list[int]], raw_docs: list[list[int]], *, batc
                generator: torch.Generator, pad_id: int, teacher_soft: list[dict | None] | None = None
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[dict | None]]:
     """(input_ids, attention_mask, labels), each [batch_size, longest row], one document per row, and each
-    row's soft targets (`teacher_soft[i]` for teacher document i, see xvocab.drafter.distill; None for raw)."""
+    row's soft targets (`teacher_soft[i]` for teacher document i, see xvocab.drafter.distill; None for raw).
+
+    A document whose soft targets say `next_token: False` (on-policy data, xvocab.drafter.onpolicy: the
+    drafter's own text, whose next tokens are not the target's) has no labels: only its divergence counts."""
     rows, soft = [], []
     for _ in range(batch_size):
         use_raw = raw_docs and float(torch.rand((), generator=generator)) < raw_fraction
@@ -80,7 +83,11 @@ def batch_rows(teacher_docs: list[list[int]], raw_docs: list[list[int]], *, batc
         i = int(torch.randint(len(pool), (), generator=generator))
         rows.append(pool[i])
         soft.append(None if use_raw or teacher_soft is None else teacher_soft[i])
-    return (*pad_rows(rows, pad_id), soft)
+    ids, mask, labels = pad_rows(rows, pad_id)
+    for b, s in enumerate(soft):
+        if s is not None and not s.get("next_token", True):
+            labels[b] = IGNORE
+    return ids, mask, labels, soft
 
 
 def pad_rows(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -145,7 +152,7 @@ def _piece_loss(model, ids, mask, labels, soft, autocast: bool, distill: Distill
         if s is not None and len(s["rows"]):
             d_sum = d_sum + divergence(logq[b, s["rows"].to(ids.device)], s["ids"].to(ids.device),
                                        s["p"].to(ids.device), distill.loss).sum()
-    return (1 - distill.weight) * ce / n_tokens + distill.weight * d_sum / n_soft
+    return (1 - distill.weight) * ce / max(n_tokens, 1) + distill.weight * d_sum / n_soft
 
 
 def _accumulate(model, ids, mask, labels, device, autocast: bool, micro_batches: int,
@@ -168,7 +175,7 @@ def _accumulate(model, ids, mask, labels, device, autocast: bool, micro_batches:
         width = int(lengths[piece].max())
         p_ids, p_mask, p_labels = (t[piece, :width].to(device) for t in (ids, mask, labels))
         p_soft = [soft[i] for i in piece.tolist()]
-        if int((p_labels[:, 1:] != IGNORE).sum()) == 0:
+        if int((p_labels[:, 1:] != IGNORE).sum()) == 0 and not any(s is not None and len(s["rows"]) for s in p_soft):
             continue
         loss = _piece_loss(model, p_ids, p_mask, p_labels, p_soft, autocast, distill, total, n_soft)
         loss.backward()

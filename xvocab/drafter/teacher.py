@@ -49,15 +49,19 @@ def _left_pad(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor,
 
 @torch.inference_mode()
 def continue_batch(target, tokenizer, prompts: list[str], *, max_new_tokens: int, temperature: float,
-                   generator: torch.Generator, top_k: int = 0) -> tuple[list[str], int, list[dict] | None]:
+                   generator: torch.Generator, top_k: int = 0,
+                   aligned=None) -> tuple[list[str], int, list[dict] | None]:
     """Continuations of `prompts` by `target` (greedy if temperature == 0), the tokens generated, and
-    with `top_k` > 0 each row's generated ids and compact distributions (module docstring), else None."""
+    with `top_k` > 0 each row's generated ids and compact distributions (module docstring), else None.
+
+    `aligned`: the model is a target-aligned drafter (xvocab.alignment.aligned) writing in its encoding: prompts
+    are encoded and ids decoded through that codec (an on-policy round, xvocab.drafter.onpolicy)."""
     from transformers import DynamicCache
 
     device = next(target.parameters()).device
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
-    ids, mask = _left_pad([prompt_ids(tokenizer, p) for p in prompts], pad, device)  # [B, T]
+    ids, mask = _left_pad([prompt_ids(tokenizer, p, aligned) for p in prompts], pad, device)  # [B, T]
     params = SamplingParams(temperature=temperature)
     cache = DynamicCache()
     out = torch.empty((len(prompts), 0), dtype=torch.long, device=device)      # [B, n]
@@ -86,7 +90,9 @@ def continue_batch(target, tokenizer, prompts: list[str], *, max_new_tokens: int
     texts, dists = [], [] if top_k else None
     for b, row in enumerate(out.tolist()):
         row = row[:row.index(eos)] if eos in row else row
-        texts.append(tokenizer.decode(row, skip_special_tokens=True))
+        # A drafter's text is the bytes of its ids (a partial UTF-8 character it sampled is dropped).
+        texts.append(tokenizer.decode(row, skip_special_tokens=True) if aligned is None
+                     else b"".join(aligned.token_bytes[i] or b"" for i in row).decode("utf-8", "ignore"))
         if top_k:  # the positions of the kept ids (EOS and what follows it are dropped, as from the text)
             kept = tops[:len(row)]
             dists.append({"ids": torch.tensor(row, dtype=torch.int32),
@@ -114,28 +120,43 @@ def generate_teacher_text(target, tokenizer, prompts: list[dict], out_dir: str |
     stops cleanly after the shard that crosses it (a later call resumes). `top_k` > 0 also records
     the target's compact distributions (module docstring).
     """
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     meta = dict(meta, batch_size=batch_size, max_new_tokens=max_new_tokens, sample_fraction=sample_fraction,
                 temperature=temperature, seed=seed, **({"top_k": top_k} if top_k else {}))
+    device = next(target.parameters()).device
+
+    def shard(i: int, batch: list[dict]) -> tuple[list[str], float, int, list[dict] | None]:
+        sampled = int((i + 1) * sample_fraction) > int(i * sample_fraction)
+        temp = temperature if sampled else 0.0
+        gen = torch.Generator(device=device).manual_seed(seed * 1_000_003 + i)
+        texts, n, dists = continue_batch(target, tokenizer, [r["prompt"] for r in batch],
+                                         max_new_tokens=max_new_tokens, temperature=temp, generator=gen, top_k=top_k)
+        return texts, temp, n, dists
+
+    return write_shards(prompts, out_dir, batch_size=batch_size, meta=meta, shard=shard, desc="teacher text",
+                        time_budget_s=time_budget_s)
+
+
+def write_shards(prompts: list[dict], out_dir: str | Path, *, batch_size: int, meta: dict, shard, desc: str,
+                 time_budget_s: float | None = None) -> Path:
+    """Cut `prompts` into batches and write `shard(i, batch)`'s output for each missing shard i (module
+    docstring: atomic, resumable, `meta` pinned). `shard` returns (completions, temperature they were written
+    at, tokens generated, compact distributions or None). Shared by the teacher stage and on-policy rounds."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
     meta_path = out_dir / "meta.json"
     if meta_path.exists():
         diff = changed_settings(json.loads(meta_path.read_text()), meta)
         if diff:
-            raise ConfigError(f"{out_dir} holds teacher text made with other settings {diff} (stored, asked); "
+            raise ConfigError(f"{out_dir} holds {desc} made with other settings {diff} (stored, asked); "
                               f"use another output directory or delete it")
     else:
         write_atomic(meta_path, json.dumps(meta, indent=1, sort_keys=True))
     batches = [prompts[i:i + batch_size] for i in range(0, len(prompts), batch_size)]
     todo = [i for i in range(len(batches)) if not (out_dir / f"shard-{i:05d}.jsonl").exists()]
     start, tokens = time.perf_counter(), 0
-    bar = tqdm(todo, desc="teacher text", unit="batch", initial=len(batches) - len(todo), total=len(batches))
+    bar = tqdm(todo, desc=desc, unit="batch", initial=len(batches) - len(todo), total=len(batches))
     for i in bar:
-        sampled = int((i + 1) * sample_fraction) > int(i * sample_fraction)
-        temp = temperature if sampled else 0.0
-        gen = torch.Generator(device=next(target.parameters()).device).manual_seed(seed * 1_000_003 + i)
-        texts, n, dists = continue_batch(target, tokenizer, [r["prompt"] for r in batches[i]],
-                                         max_new_tokens=max_new_tokens, temperature=temp, generator=gen, top_k=top_k)
+        texts, temp, n, dists = shard(i, batches[i])
         tokens += n
         if dists is not None:  # before the text shard, whose presence marks the pair complete
             tmp = out_dir / f".shard-{i:05d}.dist.pt.tmp"
@@ -147,7 +168,7 @@ def generate_teacher_text(target, tokenizer, prompts: list[dict], out_dir: str |
         elapsed = time.perf_counter() - start
         bar.set_postfix(tok_s=f"{tokens / elapsed:.0f}")
         if time_budget_s is not None and elapsed > time_budget_s:
-            bar.write(f"teacher text: time budget of {time_budget_s:.0f} s reached after shard {i}; rerun to resume")
+            bar.write(f"{desc}: time budget of {time_budget_s:.0f} s reached after shard {i}; rerun to resume")
             break
     return out_dir
 

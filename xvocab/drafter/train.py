@@ -82,6 +82,20 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
     docs, soft, rest = _documents(rows, tokenizer, aligned, s.seq_len, distill)
     holdout, train_docs = docs[:s.holdout], docs[s.holdout:]
     holdout_soft, train_soft = (soft[:s.holdout], soft[s.holdout:]) if soft is not None else (None, None)
+    onpolicy_meta, n_onpolicy = None, 0
+    if s.get("onpolicy"):  # added to training only: the held-out documents stay the teacher's, comparable across runs
+        if not distill.weight:
+            raise ConfigError("student.onpolicy=true trains on the target's scores of drafter text, which only the "
+                              "logit-level loss reads: set student.distill_weight > 0")
+        o = cfg.onpolicy
+        on_rows = read_teacher_text(o.dir, max_shards=math.ceil(o.n_prompts / cfg.teacher.batch_size),
+                                    distributions=True)
+        if not on_rows:
+            raise ConfigError(f"no on-policy shards under {o.dir}; run stage=onpolicy first")
+        onpolicy_meta = json.loads((Path(o.dir) / "meta.json").read_text())
+        on_docs, on_soft, _ = _documents(on_rows, tokenizer, aligned, s.seq_len, distill)
+        on_soft = [dict(x, next_token=False) for x in on_soft]  # the drafter's text: its divergence, not its tokens
+        train_docs, train_soft, n_onpolicy = train_docs + on_docs, train_soft + on_soft, len(on_docs)
     raw_docs = (encode_documents(tokenizer, raw_code(max_chars=4 * s.seq_len), s.seq_len, aligned)
                 if s.raw_fraction > 0 else [])
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -97,7 +111,8 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
           f"{len(rows)} teacher documents ({sum(map(len, train_docs))} tokens, {len(holdout)} held out), "
           f"{len(raw_docs)} raw pieces; bf16 autocast {autocast}"
           + (f"; distilling {distill.loss} (weight {distill.weight}) on {sum(len(x['rows']) for x in soft)} target "
-             f"positions, mean mass outside the recorded top-{cfg.teacher.top_k}: {rest:.4f}" if soft else ""))
+             f"positions, mean mass outside the recorded top-{cfg.teacher.top_k}: {rest:.4f}" if soft else "")
+          + (f"; {n_onpolicy} on-policy documents by {onpolicy_meta['drafter']}" if onpolicy_meta else ""))
     if soft is not None and not distill.weight:
         print("recorded distributions are used for the held-out divergences only (student.distill_weight=0)")
     model, progress = train_student(model, train_docs, raw_docs, holdout, work, steps=s.steps, batch_size=s.batch_size,
@@ -116,6 +131,7 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
              "final_val_loss": val[-1] if val else None, "init_from": s.init_from,
              "distill": {"weight": distill.weight, "loss": distill.loss, "teacher_rest_mass": rest}
              if soft is not None and distill.weight else None,
+             "onpolicy": {"documents": n_onpolicy, "meta": onpolicy_meta} if onpolicy_meta else None,
              "final_val_tv": next((r["val_tv"] for r in reversed(log) if "val_tv" in r), None),
              "device": device, "python": platform.python_version(), "torch": torch.__version__,
              "command": command}
@@ -177,7 +193,8 @@ def _check_resume(path: Path, settings: dict) -> None:
         old = {k: v for k, v in stored.get("student", {}).items() if k not in _RESUMABLE}
         new = {k: v for k, v in settings["student"].items() if k not in _RESUMABLE}
         old["draft_tokenizer"], new["draft_tokenizer"] = stored.get("draft_tokenizer"), settings["draft_tokenizer"]
-        old.setdefault("encoding", "native")  # runs made before the setting existed
+        old.setdefault("encoding", "native")  # runs made before these settings existed
+        old.setdefault("onpolicy", False)
         diff = records.changed_settings(old, new)
         if diff:
             raise ConfigError(f"{path.parent} holds a student trained with other settings {diff} (stored, asked); "
@@ -219,6 +236,11 @@ def _distill_words(extra: dict) -> str:
                   f"onto draft ids (xvocab.drafter.distill; {d['teacher_rest_mass']:.3f} of the mass lies outside "
                   f"the top-k), and the student's, + {1 - d['weight']} x next-token loss. Held-out 1 - TV "
                   f"(acceptance per position): {1 - extra['final_val_tv']:.3f}.\n")
+    o = extra.get("onpolicy")
+    if o:
+        words += (f"On-policy data (xvocab.drafter.onpolicy): {o['documents']} continuations written by "
+                  f"`{o['meta']['drafter']}` at T={o['meta']['temperature']} and scored by the target were added to "
+                  f"the training documents.\n")
     return words
 
 
