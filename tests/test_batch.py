@@ -149,6 +149,8 @@ def test_greedy_rows_equal_generate_alone(pairs, pair):
         alone = [generate(p, **kw) for p in PROMPTS]
         assert [r.token_ids for r in rows] == [a.token_ids for a in alone], alg
         assert [r.stats.target_forwards for r in rows] == [a.stats.target_forwards for a in alone], alg
+        # A newcomer's draft prompt is prefilled in a forward of its own, which is not a drafting step.
+        assert [r.stats.draft_forwards for r in rows] == [a.stats.draft_forwards for a in alone], alg
     assert len({len(r.token_ids) for r in rows}) > 1  # rows finished at different times
 
 
@@ -180,6 +182,7 @@ def test_rows_that_reuse_a_finished_rows_slot_equal_generate_alone(pairs, alg):
         alone = [generate(p, seed=5 + i, temperature=temperature, **kw) for i, p in enumerate(prompts)]
         assert [r.token_ids for r in rows] == [a.token_ids for a in alone], temperature
         assert [r.stats.target_forwards for r in rows] == [a.stats.target_forwards for a in alone]
+        assert [r.stats.draft_forwards for r in rows] == [a.stats.draft_forwards for a in alone]
         assert sorted(i for i, _, _ in finished) == list(range(len(prompts)))
         assert all(ids == rows[i].token_ids for i, ids, _ in finished)
         assert [s for _, _, s in finished] == sorted(s for _, _, s in finished)
