@@ -46,15 +46,17 @@ def loss_figure(rows: list[dict], out_path: Path, title: str) -> None:
         ax.plot(*zip(*val), "o-", label="held-out teacher text")
     ax.set(xlabel="step", ylabel="cross-entropy (nats/token)", title=title)
     ax.grid(alpha=0.3)
-    ax.legend(loc="upper left")
+    handles, labels = ax.get_legend_handles_labels()
     tv = [(r["step"], 1 - r["val_tv"]) for r in rows if "val_tv" in r]
     if tv:
         ax2 = ax.twinx()
         ax2.plot(*zip(*tv), "s--", color="tab:green", label="held-out 1 - TV (acceptance per position)")
         ax2.set_ylabel("1 - TV to the target")
-        ax2.legend(loc="upper right")
-    fig.tight_layout()
-    fig.savefig(out_path)
+        more = ax2.get_legend_handles_labels()
+        handles, labels = handles + more[0], labels + more[1]
+    # one legend under the axes: inside, the two axes' legends covered each other and the held-out curve
+    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=7, frameon=False)
+    fig.savefig(out_path, bbox_inches="tight")
     plt.close(fig)
 
 
