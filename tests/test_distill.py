@@ -1,12 +1,14 @@
 """Logit-level distillation (xvocab.drafter.distill): the divergences are the exact divergences between the
-coarsened distributions (fast = dictionary reference; = exact KL / TV when nothing is coarsened), zero exactly
-when the student matches the teacher, and the target's distributions land on the right draft positions."""
+coarsened distributions (fast = dictionary reference; = exact KL / TV / TLI rejection when nothing is coarsened),
+zero exactly when the student matches the teacher, and the target's distributions land on the right draft
+positions."""
 import pytest
 import torch
 
 from xvocab import zoo
 from xvocab.alignment.aligned import aligned_codec
-from xvocab.drafter.distill import NOWHERE, divergence, divergence_reference, document, first_piece_map, pieces
+from xvocab.drafter.distill import (NOWHERE, divergence, divergence_reference, document, first_piece_map,
+                                    intersection_maps, pieces)
 from xvocab.drafter.student import Distill, StudentShape, _accumulate, batch_rows, build_student
 from xvocab.roles import prompt_ids
 
@@ -17,16 +19,56 @@ def _case(seed: int, m: int = 5, k: int = 6, V: int = 20):
     ids = torch.randint(V, (m, k), generator=gen)
     ids[0, 1] = ids[0, 0]                      # two target ids landing on one draft id
     ids[1, 2] = NOWHERE                         # a special token: its mass joins "other"
+    ids[2, 0], ids[2, -1] = 0, NOWHERE          # draft id 0 recorded before a special token (must stay recorded)
     p = torch.softmax(torch.randn(m, k, generator=gen), -1) * 0.9   # 10% outside the top-k
     return logq, ids, p
 
 
-@pytest.mark.parametrize("kind", ["fkl", "tv"])
+def _inside(seed: int, V: int = 20) -> torch.Tensor:
+    inside = torch.rand(V, generator=torch.Generator().manual_seed(100 + seed)) < 0.7
+    inside[0] = True
+    return inside
+
+
+@pytest.mark.parametrize("kind", ["fkl", "tv", "tli"])
 @pytest.mark.parametrize("seed", range(4))
 def test_divergence_equals_the_dictionary_reference(kind, seed):
     logq, ids, p = _case(seed)
-    fast = divergence(logq, ids, p.double(), kind)
-    assert fast.tolist() == pytest.approx(divergence_reference(logq, ids, p, kind), rel=1e-9, abs=1e-12)
+    inside = _inside(seed)
+    if kind == "tli":  # intersection partners are inside by construction
+        ids = torch.where(inside[ids.clamp(min=0)] & (ids != NOWHERE), ids, NOWHERE)
+    fast = divergence(logq, ids, p.double(), kind, inside)
+    assert fast.tolist() == pytest.approx(divergence_reference(logq, ids, p, kind, inside), rel=1e-9, abs=1e-12)
+
+
+def test_tli_is_one_minus_the_acceptance_of_the_renormalized_intersection_proposal():
+    """With every target id recorded: 1 - sum over partnered ids of min(p, q~), q~ = q on the intersection
+    renormalized; equal to tv when every id is inside; and it never falls below p's mass without a partner."""
+    gen = torch.Generator().manual_seed(3)
+    V = 12
+    logq = torch.log_softmax(torch.randn(2, V, generator=gen), -1).double()
+    p_full = torch.softmax(torch.randn(2, V, generator=gen), -1).double()             # over "target" ids 0..V-1
+    inside = torch.ones(V, dtype=torch.bool)
+    inside[[2, 5, 9]] = False
+    partner = torch.where(inside, torch.arange(V), NOWHERE).repeat(2, 1)              # target t <-> draft t
+    q_tilde = torch.where(inside, logq.exp(), 0.0)
+    q_tilde = q_tilde / q_tilde.sum(-1, keepdim=True)
+    expected = 1 - torch.minimum(p_full, q_tilde).sum(-1)
+    got = divergence(logq, partner, p_full, "tli", inside)
+    torch.testing.assert_close(got, expected)
+    assert (got >= p_full[:, ~inside].sum(-1) - 1e-12).all()                         # unwinnable mass
+    everything = torch.ones(V, dtype=torch.bool)
+    every = torch.arange(V).repeat(2, 1)
+    torch.testing.assert_close(divergence(logq, every, p_full, "tli", everything),
+                               divergence(logq, every, p_full, "tv"))
+    # A student moving mass onto an id outside the intersection loses nothing under tli, but does under tv.
+    shifted = logq.clone()
+    shifted[:, 2] += 3.0
+    shifted = torch.log_softmax(shifted, -1)
+    torch.testing.assert_close(divergence(shifted, partner, p_full, "tli", inside), got)
+    assert not torch.allclose(divergence(shifted, every, p_full, "tv"), divergence(logq, every, p_full, "tv"))
+    with pytest.raises(ValueError, match="inside"):
+        divergence(logq, partner, p_full, "tli")
 
 
 def test_with_the_whole_vocabulary_recorded_it_is_the_exact_kl_and_tv():
@@ -64,9 +106,9 @@ def test_gradients_are_finite_when_every_id_is_recorded():
     logq = torch.log_softmax(torch.randn(2, 4), -1).requires_grad_()
     ids = torch.arange(4).repeat(2, 1)
     p = torch.full((2, 4), 0.25)
-    for kind in ("fkl", "tv"):
+    for kind in ("fkl", "tv", "tli"):
         logq.grad = None
-        divergence(logq, ids, p, kind).sum().backward()
+        divergence(logq, ids, p, kind, torch.ones(4, dtype=torch.bool)).sum().backward()
         assert torch.isfinite(logq.grad).all()
 
 
@@ -91,8 +133,14 @@ def test_documents_put_each_target_distribution_where_the_draft_predicts_that_to
     # The draft text is exactly what the drafter reads for prompt + completion (the aligned encoding).
     assert ids == prompt_ids(draft, prompt + completion, aligned)
     assert len(soft["rows"]) == n
-    for row, mapped, t in zip(soft["rows"].tolist(), soft["ids"].tolist(), gen_ids):
+    partner, inside = intersection_maps(aligned)
+    for row, mapped, tli, t in zip(soft["rows"].tolist(), soft["ids"].tolist(), soft["tli_ids"].tolist(), gen_ids):
         assert ids[row + 1] == mapped[0] == pieces(aligned, t)[0]
+        # tli reads intersection partners only: a token spelled in several pieces has none
+        assert tli[0] == (mapped[0] if len(pieces(aligned, t)) == 1 and aligned.target_to_draft[t] != NOWHERE
+                          else NOWHERE)
+        assert tli[0] == NOWHERE or bool(inside[tli[0]])
+    assert (soft["tli_ids"][:, 0] == NOWHERE).any() and (soft["tli_ids"][:, 0] != NOWHERE).any()
     # Some of these target tokens are outside the intersection (several draft ids), so rows are not consecutive.
     assert any(len(pieces(aligned, t)) > 1 for t in gen_ids)
     torch.testing.assert_close(soft["p"][:, 0], torch.full((n,), 0.7), atol=1e-3, rtol=0)

@@ -240,7 +240,7 @@ def test_train_drafter_command_end_to_end_on_a_tiny_target(tmp_path):
     out2 = tmp_path / "distilled"
     distill = [a.replace(f"out_dir={out}", f"out_dir={out2}").replace("name=tiny-drafter", "name=tiny-distilled")
                for a in cmd] + ["stage=student", f"student.init_from={out}", "student.distill_weight=0.5",
-                                "student.distill_loss=tv"]
+                                "student.distill_loss=tli"]
     # The drafter just made writes on-policy data, which the distilling student adds to its documents.
     proc = subprocess.run(cmd + ["stage=onpolicy", f"onpolicy.drafter={out}", "onpolicy.n_prompts=3",
                                  "onpolicy.max_new_tokens=5"], cwd=root, capture_output=True, text=True, timeout=600)
@@ -250,13 +250,14 @@ def test_train_drafter_command_end_to_end_on_a_tiny_target(tmp_path):
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     record = json.loads((out2 / "xvocab_training.json").read_text())
-    assert record["init_from"] == str(out) and record["distill"]["loss"] == "tv"
+    assert record["init_from"] == str(out) and record["distill"]["loss"] == "tli"
     assert record["onpolicy"]["documents"] == 3 and record["onpolicy"]["meta"]["drafter"] == str(out)
     assert "On-policy data" in (out2 / "README.md").read_text()
     assert 0 <= record["distill"]["teacher_rest_mass"] < 1 and 0 <= record["final_val_tv"] <= 1
+    assert 0 <= record["final_val_tli"] <= 1
     log = [json.loads(line) for line in (out2 / "train_log.jsonl").read_text().splitlines()]
-    assert log[0]["step"] == 0 and "val_tv" in log[0] and "val_fkl" in log[-1]   # where it started, where it ended
-    assert "logit level" in (out2 / "README.md").read_text()
+    assert log[0]["step"] == 0 and "val_tv" in log[0] and "val_tli" in log[0] and "val_fkl" in log[-1]
+    assert "logit level" in (out2 / "README.md").read_text() and "TLI's" in (out2 / "README.md").read_text()
     # Distilling from teacher text recorded without distributions is refused with the fix.
     bare = [a.replace(f"work_dir={tmp_path / 'work'}", f"work_dir={tmp_path / 'bare'}") for a in distill
             if a != "stage=student"]

@@ -24,10 +24,18 @@ The divergences (`kind`):
 * `fkl`: forward KL(P || q) = sum P (log P - log q), the usual distillation loss (mass-covering);
 * `tv`: total variation 0.5 sum |P - q| = 1 - sum min(P, q), i.e. one minus the acceptance rate of
   speculative sampling at this position (Leviathan et al.): the loss *is* the rejection probability.
+* `tli`: one minus the acceptance rate of exactly what TLI proposes: q restricted to the draft ids inside
+  the byte-exact intersection and renormalized (q~), against p over the target ids with an intersection
+  partner (`tli_ids`, not first pieces: proposing the first piece of a longer target token never wins its
+  mass). Target mass on ids outside the intersection cannot be won, so the loss never falls below it;
+  the unrecorded mass r (which may lie inside or not) is one outcome, won at most min(r, q~(unrecorded)).
+  It is `tv` when every id is inside and recorded through its partner. Where `tv` also rewards mass on the
+  first pieces SLEM and SLRS can use, `tli` spends all of q on what TLI can win; and since TLI renormalizes,
+  its acceptance can exceed 1 - TV (q mass off the intersection is not lost, only redistributed).
 
 Invariant (tests/test_distill.py): `divergence` equals `divergence_reference`, a per-position
-dictionary computation; with k = the whole vocabulary and a one-to-one map it equals the exact KL
-and TV; it is zero exactly when q agrees with P on the partition.
+dictionary computation; with k = the whole vocabulary and a one-to-one map it equals the exact KL,
+TV and one minus TLI's acceptance; fkl and tv are zero exactly when q agrees with P on the partition.
 """
 from __future__ import annotations
 
@@ -39,7 +47,7 @@ import torch
 from xvocab.alignment.intersection import NO_TOKEN
 from xvocab.tokens import UnrepresentableTextError
 
-KINDS = ("fkl", "tv")
+KINDS = ("fkl", "tv", "tli")
 NOWHERE = -1  # first_piece of a target id with no bytes (special tokens)
 
 
@@ -63,6 +71,18 @@ def first_piece_map(aligned) -> torch.Tensor:
     return out
 
 
+@lru_cache(maxsize=4)
+def intersection_maps(aligned) -> tuple[torch.Tensor, torch.Tensor]:
+    """([V_target] long: each target id's intersection partner, NOWHERE if none; [V_draft] bool: the draft ids
+    TLI can propose). What the `tli` loss reads; treat both as read-only."""
+    t2d = torch.full((len(aligned.target.token_bytes),), NOWHERE, dtype=torch.long)   # as long as first_piece_map
+    n = min(len(t2d), len(aligned.target_to_draft))
+    t2d[:n] = torch.tensor(aligned.target_to_draft[:n], dtype=torch.long)
+    inside = torch.zeros(len(aligned.token_bytes), dtype=torch.bool)
+    inside[t2d[t2d != NOWHERE]] = True
+    return t2d, inside
+
+
 def pieces(aligned, target_id: int) -> list[int]:
     """The draft ids that write one target id in the aligned encoding ([] for a special token)."""
     d = aligned.target_to_draft[target_id] if target_id < len(aligned.target_to_draft) else NO_TOKEN
@@ -79,7 +99,8 @@ def document(prefix: list[int], target_ids: list[int], top_ids: torch.Tensor, to
     prefix: the draft's ids for the prompt (`prompt_ids(draft_tok, prompt, aligned)`); target_ids [n]: what the
     target generated; top_ids/top_logp [n, k]: its recorded distributions. The draft ids are the prefix
     then each target id's pieces, cut to `max_len`. Soft targets: `rows` [m] (the logit row that
-    predicts each target id's first piece), `ids` [m, k] (draft ids, NOWHERE for none), `p` [m, k].
+    predicts each target id's first piece), `ids` [m, k] (draft ids, NOWHERE for none), `p` [m, k], and
+    `tli_ids` [m, k] (intersection partners only, NOWHERE for none: what the `tli` loss reads).
     """
     ids, rows, keep = list(prefix), [], []
     for j, t in enumerate(target_ids):
@@ -90,9 +111,17 @@ def document(prefix: list[int], target_ids: list[int], top_ids: torch.Tensor, to
         ids += piece
     ids = ids[:max_len]
     keep_t = torch.tensor(keep, dtype=torch.long)
-    mapped = first_piece[top_ids[keep_t].long()] if keep else torch.empty((0, top_ids.shape[1]), dtype=torch.long)
-    return ids, {"rows": torch.tensor(rows, dtype=torch.long), "ids": mapped,
+    kept = top_ids[keep_t].long() if keep else torch.empty((0, top_ids.shape[1]), dtype=torch.long)
+    partner = intersection_maps(aligned)[0]
+    return ids, {"rows": torch.tensor(rows, dtype=torch.long), "ids": first_piece[kept], "tli_ids": partner[kept],
                  "p": top_logp[keep_t].float().exp() if keep else torch.empty((0, top_ids.shape[1]))}
+
+
+def recorded_mask(ids: torch.Tensor, V: int) -> torch.Tensor:
+    """[m, V] bool: the draft ids recorded in each row of ids [m, k] (NOWHERE entries mark nothing; scattering
+    them onto id 0 as False would unmark a recorded id 0)."""
+    spare = torch.where(ids == NOWHERE, V, ids)                                                   # [m, k]
+    return torch.zeros((ids.shape[0], V + 1), dtype=torch.bool, device=ids.device).scatter_(1, spare, True)[:, :V]
 
 
 def coarse(ids: torch.Tensor, p: torch.Tensor, logq: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -102,7 +131,7 @@ def coarse(ids: torch.Tensor, p: torch.Tensor, logq: torch.Tensor) -> tuple[torc
     other mass, log_q_other [m] log of the student's mass off the recorded ids)."""
     valid = ids != NOWHERE
     P = torch.zeros_like(logq).scatter_add_(1, ids.clamp(min=0), torch.where(valid, p, 0.0))   # [m, V]
-    S = torch.zeros_like(logq, dtype=torch.bool).scatter_(1, ids.clamp(min=0), valid)         # [m, V]
+    S = recorded_mask(ids, logq.shape[-1])                                                      # [m, V]
     full = S.all(-1)                         # [m] every id recorded: "other" is empty for both (rounding aside)
     r = torch.where(full, 0.0, (1.0 - P.sum(-1)).clamp(min=0.0))                                # [m]
     off = torch.where(full[:, None], 0.0, logq.masked_fill(S, -math.inf))
@@ -110,10 +139,29 @@ def coarse(ids: torch.Tensor, p: torch.Tensor, logq: torch.Tensor) -> tuple[torc
     return P, S, r, log_q_other
 
 
-def divergence(logq: torch.Tensor, ids: torch.Tensor, p: torch.Tensor, kind: str) -> torch.Tensor:
-    """[m] divergence between the teacher's coarsened P and the student's q per position (module docstring)."""
+def tli_rejection(logq: torch.Tensor, ids: torch.Tensor, p: torch.Tensor, inside: torch.Tensor) -> torch.Tensor:
+    """[m] one minus TLI's coarsened acceptance (module docstring). logq [m, V]; ids [m, k] intersection
+    partners (NOWHERE: no partner); p [m, k] their target probabilities; inside [V] bool."""
+    valid = ids != NOWHERE
+    logq_in = logq.masked_fill(~inside, -math.inf)
+    q = (logq_in - torch.logsumexp(logq_in, dim=-1, keepdim=True)).exp()                        # [m, V] q~
+    P = torch.zeros_like(q).scatter_add_(1, ids.clamp(min=0), torch.where(valid, p, 0.0))         # [m, V]
+    S = recorded_mask(ids, q.shape[-1])                                                         # [m, V]
+    r = (1.0 - p.sum(-1)).clamp(min=0.0)                                                          # [m] unrecorded
+    q_other = (1.0 - torch.where(S, q, 0.0).sum(-1)).clamp(min=0.0)                               # [m]
+    return 1.0 - torch.where(S, torch.minimum(P, q), 0.0).sum(-1) - torch.minimum(r, q_other)
+
+
+def divergence(logq: torch.Tensor, ids: torch.Tensor, p: torch.Tensor, kind: str,
+               inside: torch.Tensor | None = None) -> torch.Tensor:
+    """[m] divergence between the teacher's coarsened P and the student's q per position (module docstring).
+    `tli` reads intersection partners as `ids` and needs `inside` ([V] bool, `intersection_maps`)."""
     if kind not in KINDS:
         raise ValueError(f"distillation loss {kind!r}; choose one of {', '.join(KINDS)}")
+    if kind == "tli":
+        if inside is None:
+            raise ValueError("the tli loss needs `inside`, the draft ids in the intersection (intersection_maps)")
+        return tli_rejection(logq, ids, p, inside.to(logq.device))
     P, S, r, log_q_other = coarse(ids, p, logq)
     if kind == "fkl":
         on = torch.where(S, torch.special.xlogy(P, P) - P * logq.masked_fill(~S, 0.0), 0.0).sum(-1)
@@ -123,18 +171,33 @@ def divergence(logq: torch.Tensor, ids: torch.Tensor, p: torch.Tensor, kind: str
     return 0.5 * (torch.where(S, (P - q).abs(), 0.0).sum(-1) + (r - log_q_other.exp()).abs())
 
 
-def divergence_reference(logq: torch.Tensor, ids: torch.Tensor, p: torch.Tensor, kind: str) -> list[float]:
+def soft_divergence(logq: torch.Tensor, soft: dict, kind: str, inside: torch.Tensor | None = None) -> torch.Tensor:
+    """[m] `divergence` at one document's soft targets (`document`): logq [T, V] the student's log-probabilities
+    over the document; the loss picks the ids it reads (first pieces, or intersection partners for tli)."""
+    device = logq.device
+    ids = soft["tli_ids"] if kind == "tli" else soft["ids"]
+    return divergence(logq[soft["rows"].to(device)], ids.to(device), soft["p"].to(device), kind, inside)
+
+
+def divergence_reference(logq: torch.Tensor, ids: torch.Tensor, p: torch.Tensor, kind: str,
+                         inside: torch.Tensor | None = None) -> list[float]:
     """The same, position by position with dictionaries: the slow obviously-correct twin of `divergence`."""
     out = []
     for row in range(logq.shape[0]):
         q = logq[row].double().exp().tolist()
+        if kind == "tli":  # q~: the draft's mass on intersection ids, renormalized
+            total = sum(q[d] for d in range(len(q)) if inside[d])
+            q = [q[d] / total if inside[d] else 0.0 for d in range(len(q))]
         P: dict[int, float] = {}
         for d, mass in zip(ids[row].tolist(), p[row].double().tolist()):
             if d != NOWHERE:
                 P[d] = P.get(d, 0.0) + mass
         r = max(0.0, 1.0 - sum(P.values()))
         q_other = max(0.0, 1.0 - sum(q[d] for d in P))
-        if kind == "fkl":
+        if kind == "tli":
+            unrecorded = max(0.0, 1.0 - sum(p[row].double().tolist()))
+            value = 1.0 - sum(min(m, q[d]) for d, m in P.items()) - min(unrecorded, q_other)
+        elif kind == "fkl":
             value = sum(m * (math.log(m) - math.log(q[d])) for d, m in P.items() if m > 0)
             value += r * (math.log(r) - math.log(q_other)) if r > 0 else 0.0
         else:

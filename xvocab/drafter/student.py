@@ -22,7 +22,7 @@ import math
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 
 from xvocab.alignment.aligned import CONFIG_KEY as ENCODING_KEY
 from xvocab.alignment.aligned import DEFAULT_ENCODING
-from xvocab.drafter.distill import KINDS, divergence
+from xvocab.drafter.distill import KINDS, soft_divergence
 from xvocab.roles import prompt_ids
 from xvocab.errors import ConfigError
 
@@ -131,9 +131,12 @@ def evaluate(model, docs: list[list[int]], *, pad_id: int, batch_size: int, auto
 
 @dataclass(frozen=True)
 class Distill:
-    """The logit-level part of the objective: (1 - weight) * next-token loss + weight * `loss` (xvocab.drafter.distill)."""
+    """The logit-level part of the objective: (1 - weight) * next-token loss + weight * `loss` (xvocab.drafter.distill).
+    `inside` ([V_draft] bool, xvocab.drafter.distill.intersection_maps): the draft ids TLI can propose, which the
+    tli loss needs (and the held-out val_tli; without it that is not logged)."""
     weight: float = 0.0
     loss: str = "fkl"
+    inside: torch.Tensor | None = field(default=None, compare=False, repr=False)
 
 
 def _piece_loss(model, ids, mask, labels, soft, autocast: bool, distill: Distill, n_tokens: int,
@@ -150,8 +153,7 @@ def _piece_loss(model, ids, mask, labels, soft, autocast: bool, distill: Distill
     d_sum = torch.zeros((), device=ids.device)
     for b, s in enumerate(soft):
         if s is not None and len(s["rows"]):
-            d_sum = d_sum + divergence(logq[b, s["rows"].to(ids.device)], s["ids"].to(ids.device),
-                                       s["p"].to(ids.device), distill.loss).sum()
+            d_sum = d_sum + soft_divergence(logq[b], s, distill.loss, distill.inside).sum()
     return (1 - distill.weight) * ce / max(n_tokens, 1) + distill.weight * d_sum / n_soft
 
 
@@ -185,12 +187,14 @@ def _accumulate(model, ids, mask, labels, device, autocast: bool, micro_batches:
 
 @torch.no_grad()
 def evaluate_distill(model, docs: list[list[int]], soft: list[dict], *, pad_id: int, batch_size: int,
-                     autocast: bool) -> dict:
-    """Mean forward KL and total variation to the teacher's recorded distributions over held-out documents.
-    1 - tv is the coarsened per-position acceptance rate of speculative sampling (xvocab.drafter.distill)."""
+                     autocast: bool, inside: torch.Tensor | None = None) -> dict:
+    """Mean forward KL, total variation and (given `inside`) TLI rejection rate to the teacher's recorded
+    distributions over held-out documents. 1 - tv is the coarsened per-position acceptance rate of speculative
+    sampling, 1 - tli that of TLI's one-token proposal (xvocab.drafter.distill)."""
     model.eval()
     device = next(model.parameters()).device
-    sums, count = {kind: 0.0 for kind in KINDS}, 0
+    kinds = [k for k in KINDS if k != "tli" or (inside is not None and soft and "tli_ids" in soft[0])]
+    sums, count = {kind: 0.0 for kind in kinds}, 0
     for start in range(0, len(docs), batch_size):
         ids, mask, _ = pad_rows(docs[start:start + batch_size], pad_id)
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=autocast):
@@ -199,12 +203,11 @@ def evaluate_distill(model, docs: list[list[int]], soft: list[dict], *, pad_id: 
         for b, s in enumerate(soft[start:start + batch_size]):
             if s is None or not len(s["rows"]):
                 continue
-            for kind in KINDS:
-                sums[kind] += float(divergence(logq[b, s["rows"].to(device)], s["ids"].to(device),
-                                               s["p"].to(device), kind).sum())
+            for kind in kinds:
+                sums[kind] += float(soft_divergence(logq[b], s, kind, inside).sum())
             count += len(s["rows"])
     model.train()
-    return {f"val_{kind}": sums[kind] / max(count, 1) for kind in KINDS}
+    return {f"val_{kind}": sums[kind] / max(count, 1) for kind in kinds}
 
 
 def _save_checkpoint(path: Path, model, optimizer, progress: dict) -> None:
@@ -226,7 +229,7 @@ def train_student(model, teacher_docs: list[list[int]], raw_docs: list[list[int]
     `autocast`: bfloat16 autocast (fast on CPUs with AMX and on GPUs); weights stay float32.
     `micro_batches`: pieces of similar length per step (see `_accumulate`); the update is the same.
     `teacher_soft`/`holdout_soft`: soft targets of each teacher/held-out document (xvocab.drafter.distill),
-    used with weight `distill.weight`; the held-out divergences are logged as val_fkl and val_tv.
+    used with weight `distill.weight`; the held-out divergences are logged as val_fkl, val_tv and val_tli.
     `log_start`: also log the held-out losses before the first step (a run continuing a trained drafter).
     """
     work_dir = Path(work_dir)
@@ -249,7 +252,8 @@ def train_student(model, teacher_docs: list[list[int]], raw_docs: list[list[int]
         first = {"step": 0, "tokens": 0, "seconds": 0.0,
                  "val_loss": round(evaluate(model, holdout, pad_id=pad_id, batch_size=batch_size, autocast=autocast), 4),
                  **({k: round(v, 4) for k, v in evaluate_distill(model, holdout, holdout_soft, pad_id=pad_id,
-                                                                 batch_size=batch_size, autocast=autocast).items()}
+                                                                 batch_size=batch_size, autocast=autocast,
+                                                                 inside=distill.inside).items()}
                     if holdout_soft is not None else {})}
         with open(log_path, "a", encoding="utf-8") as log:
             log.write(json.dumps(first) + "\n")
@@ -279,7 +283,8 @@ def train_student(model, teacher_docs: list[list[int]], raw_docs: list[list[int]
                                                   autocast=autocast), 4)
                 if holdout_soft is not None:
                     entry.update({k: round(v, 4) for k, v in evaluate_distill(
-                        model, holdout, holdout_soft, pad_id=pad_id, batch_size=batch_size, autocast=autocast).items()})
+                        model, holdout, holdout_soft, pad_id=pad_id, batch_size=batch_size, autocast=autocast,
+                        inside=distill.inside).items()})
             log.write(json.dumps(entry) + "\n")
             log.flush()
             bar.set_postfix(loss=f"{entry['loss']:.3f}", tok_s=f"{entry['tokens_per_s']:.0f}")

@@ -11,13 +11,14 @@ import json
 import math
 import platform
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from xvocab import records, zoo
 from xvocab.alignment.aligned import AlignedCodec, draft_codec, model_encoding
-from xvocab.drafter.distill import KINDS, document, first_piece_map
+from xvocab.drafter.distill import KINDS, document, first_piece_map, intersection_maps
 from xvocab.drafter.prompts import raw_code
 from xvocab.drafter.student import (Distill, StudentShape, build_student, encode_documents, save_student, shape_of,
                                     train_student)
@@ -51,7 +52,10 @@ def loss_figure(rows: list[dict], out_path: Path, title: str) -> None:
     if tv:
         ax2 = ax.twinx()
         ax2.plot(*zip(*tv), "s--", color="tab:green", label="held-out 1 - TV (acceptance per position)")
-        ax2.set_ylabel("1 - TV to the target")
+        tli = [(r["step"], 1 - r["val_tli"]) for r in rows if "val_tli" in r]
+        if tli:
+            ax2.plot(*zip(*tli), "^:", color="tab:red", label="held-out TLI acceptance per position")
+        ax2.set_ylabel("acceptance per position")
         more = ax2.get_legend_handles_labels()
         handles, labels = handles + more[0], labels + more[1]
     # one legend under the axes: inside, the two axes' legends covered each other and the held-out curve
@@ -80,6 +84,8 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
     tokenizer = zoo.tokenizer(cfg.draft_tokenizer)
     d_codec = draft_codec(target_tokenizer, tokenizer, s.encoding)
     aligned = d_codec if isinstance(d_codec, AlignedCodec) else None
+    if aligned is not None:  # the draft ids TLI can propose: the tli loss and the held-out val_tli read them
+        distill = replace(distill, inside=intersection_maps(aligned)[1])
     random.Random(cfg.seed).shuffle(rows)  # the same permutation the text-only stage always used
     docs, soft, rest = _documents(rows, tokenizer, aligned, s.seq_len, distill)
     holdout, train_docs = docs[:s.holdout], docs[s.holdout:]
@@ -135,6 +141,7 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
              if soft is not None and distill.weight else None,
              "onpolicy": {"documents": n_onpolicy, "meta": onpolicy_meta} if onpolicy_meta else None,
              "final_val_tv": next((r["val_tv"] for r in reversed(log) if "val_tv" in r), None),
+             "final_val_tli": next((r["val_tli"] for r in reversed(log) if "val_tli" in r), None),
              "device": device, "python": platform.python_version(), "torch": torch.__version__,
              "command": command}
     loss_figure(log, work / "loss.png", cfg.name)
@@ -237,7 +244,9 @@ def _distill_words(extra: dict) -> str:
                   f"{extra['teacher_meta'].get('top_k')} distribution at each of its generated positions, mapped "
                   f"onto draft ids (xvocab.drafter.distill; {d['teacher_rest_mass']:.3f} of the mass lies outside "
                   f"the top-k), and the student's, + {1 - d['weight']} x next-token loss. Held-out 1 - TV "
-                  f"(acceptance per position): {1 - extra['final_val_tv']:.3f}.\n")
+                  f"(acceptance per position): {1 - extra['final_val_tv']:.3f}"
+                  + (f"; TLI's: {1 - extra['final_val_tli']:.3f}" if extra.get("final_val_tli") is not None else "")
+                  + ".\n")
     o = extra.get("onpolicy")
     if o:
         words += (f"On-policy data (xvocab.drafter.onpolicy): {o['documents']} continuations written by "
