@@ -19,7 +19,7 @@ from _support import chi_square_pvalue, flipping_policy, mirrored_pairs
 
 import xvocab
 from xvocab import generate, generate_batch
-from xvocab.coupling import NoiseTape, agreement, race
+from xvocab.coupling import NoiseTape, agreement, agreement_dense, race
 from xvocab.errors import ConfigError
 
 PAIRS = [("starcoder", "refact"), ("llama-spm", "mistral-v1")]
@@ -64,6 +64,26 @@ def test_the_race_samples_p_and_agreement_is_its_match_probability():
     tv = 0.5 * float((p - q).abs().sum())
     assert (1 - tv) / (1 + tv) <= expected <= 1 - tv
     assert agreement(p, p) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_agreement_over_qs_support_equals_the_sum_over_every_id(seed):
+    """The fast form folds the ids q never proposes into one term; it equals the dense sum, on sparse and on
+    full-support q, and a q that differs where p has mass changes it (the control)."""
+    gen = torch.Generator().manual_seed(seed)
+    V = 70_000                                                                  # more than one 1 << 16 chunk
+    p = torch.softmax(torch.randn(V, generator=gen, dtype=torch.float64) * 3, -1)
+    q = torch.softmax(torch.randn(V, generator=gen, dtype=torch.float64) * 3, -1)
+    sparse = q.masked_fill(torch.rand(V, generator=gen) < 0.9, 0.0)
+    sparse /= sparse.sum()
+    p[:5] = 0.0                                                                 # ids only q proposes
+    for qq in (q, sparse):
+        assert agreement(p, qq, top=64) == pytest.approx(agreement_dense(p, qq, top=64), rel=1e-9)
+    moved = sparse.clone()
+    top_id = int(torch.minimum(p, sparse).argmax())
+    moved[top_id] *= 0.5
+    moved /= moved.sum()
+    assert agreement(p, moved, top=64) != pytest.approx(agreement_dense(p, sparse, top=64), rel=1e-3)
 
 
 @pytest.mark.parametrize("pair", PAIRS, ids=lambda p: f"{p[0]}<-{p[1]}")

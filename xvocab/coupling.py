@@ -80,12 +80,37 @@ def agreement(p: torch.Tensor, q: torch.Tensor, top: int = 256) -> float:
     For each x: both races pick x iff every other E(y) exceeds E(x) max(p(y) / p(x), q(y) / q(x)), which has
     probability 1 / sum_y max(p(y) / p(x), q(y) / q(x)) after integrating over E(x). Summed over the `top` ids
     with the largest min(p, q) (the rest add at most their min(p, q) mass, which is reported nowhere: keep
-    `top` large enough)."""
+    `top` large enough).
+
+    Off q's support the max is p(y) / p(x), so those ids add p's mass there over p(x) in one term: the sum runs
+    over q's support only (an intersection proposal covers a tenth of Gemma's 262k ids). `agreement_dense`,
+    the sum over every id, is its reference."""
     p, q = p.double(), q.double()
+    x = _agreeing_ids(p, q, top)
+    if x is None:
+        return 0.0
+    px, qx = p[x][:, None], q[x][:, None]                                      # [n, 1]
+    support = torch.nonzero(q > 0).squeeze(-1)                                 # [s]
+    total = p.masked_fill(q > 0, 0.0).sum() / px[:, 0]                         # [n] ids where q(y) = 0
+    for chunk in torch.split(support, 1 << 16):
+        total += torch.maximum(p[chunk][None] / px, q[chunk][None] / qx).sum(-1)
+    return float((1.0 / total).sum())
+
+
+def _agreeing_ids(p: torch.Tensor, q: torch.Tensor, top: int) -> torch.Tensor | None:
+    """The `top` ids with the largest min(p, q) > 0 (None if there is none)."""
     both = torch.nonzero((p > 0) & (q > 0)).squeeze(-1)
     if len(both) == 0:
+        return None
+    return both[torch.topk(torch.minimum(p[both], q[both]), min(top, len(both))).indices]
+
+
+def agreement_dense(p: torch.Tensor, q: torch.Tensor, top: int = 256) -> float:
+    """`agreement` summed over every id: the slow obviously-correct twin."""
+    p, q = p.double(), q.double()
+    x = _agreeing_ids(p, q, top)
+    if x is None:
         return 0.0
-    x = both[torch.topk(torch.minimum(p[both], q[both]), min(top, len(both))).indices]
     px, qx = p[x][:, None], q[x][:, None]                                      # [n, 1]
     total = torch.zeros(len(x), dtype=torch.float64, device=p.device)
     for chunk in torch.split(torch.arange(len(p), device=p.device), 1 << 16):
