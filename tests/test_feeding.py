@@ -89,10 +89,12 @@ def test_decoder_keeps_the_shared_prefix_and_rolls_back_the_rest(pairs):
     dec.step(a[:3], a[3:])              # feeds 6
     logits = dec.step([5, 6, 7, 8, 42])  # shares 4, feeds 1
     assert dec.tokens_fed == 7 and dec.ids == [5, 6, 7, 8, 42]
-    assert torch.allclose(logits, ref.step([5, 6, 7, 8, 42]), atol=1e-5)
+    # float32 rounding differs between a cached and a fresh forward by ~1e-5 on logits of ~40 on some CPUs
+    # (AVX-512/AMX kernels); a wrong rollback differs by O(1)
+    assert torch.allclose(logits, ref.step([5, 6, 7, 8, 42]), atol=1e-4)
     logits = dec.step([5, 6], [7, 8, 42])  # all held, but 4 rows asked: their 4 positions are fed again
     assert dec.tokens_fed == 11
-    assert torch.allclose(logits[-1], ref.step([5, 6, 7, 8, 42])[-1], atol=1e-5)
+    assert torch.allclose(logits[-1], ref.step([5, 6, 7, 8, 42])[-1], atol=1e-4)
     before = dec.forwards
     assert torch.equal(dec.step([5, 6, 7, 8, 42]), logits[-1:])  # nothing new: the last row is kept
     assert dec.forwards == before
