@@ -41,22 +41,25 @@ from xvocab.sampling import SamplingParams, logits_to_probs
 
 @torch.inference_mode()
 def expected_acceptance(prompt: str, models, params: SamplingParams, max_new_tokens: int, seed: int,
-                        draft_temperatures: tuple = (None,)) -> dict:
+                        draft_temperatures: tuple = (None,), tokens: list[int] | None = None) -> dict:
     """{tokens, alphas}: the target's continuation and alpha_i at each of its positions (None: skipped), and
     `by_draft_temperature` {t: alphas} when the draft proposes at each of `draft_temperatures` (None: the
-    target's; 0: greedy, whose alpha is p of the draft's argmax: exact-match verification)."""
+    target's; 0: greedy, whose alpha is p of the draft's argmax: exact-match verification). `tokens`: score
+    this continuation (target ids, e.g. what an engine run emitted) instead of generating one."""
     target, tt, draft, dt = models
     pair = prepare(target, tt, draft, dt)
     tli, vocab = pair.tables.tli, output_vocab(target)
-    out = xvocab.generate(prompt, target=target, target_tokenizer=tt, algorithm="ar", max_new_tokens=max_new_tokens,
-                          temperature=params.temperature, top_k=params.top_k, top_p=params.top_p, seed=seed)
+    if tokens is None:
+        tokens = xvocab.generate(prompt, target=target, target_tokenizer=tt, algorithm="ar",
+                                 max_new_tokens=max_new_tokens, temperature=params.temperature, top_k=params.top_k,
+                                 top_p=params.top_p, seed=seed).token_ids
     t_dec, d_dec = Decoder(target), Decoder(draft)
     t_prompt, d_prompt = pair.target_prompt(prompt), pair.draft_prompt(prompt)
     spelled = pair.target_codec.token_bytes
     by = {t: [] for t in draft_temperatures}
     slem = {(t, c): [] for t in draft_temperatures for c in ("none", "gumbel")}  # exact match, per coupling
     done = b""
-    for i, token in enumerate(out.token_ids):
+    for i, token in enumerate(tokens):
         try:
             text = done.decode("utf-8")
         except UnicodeDecodeError:  # the prefix ends inside a character: no text for the draft to read
@@ -65,7 +68,7 @@ def expected_acceptance(prompt: str, models, params: SamplingParams, max_new_tok
             for alphas in (*by.values(), *slem.values()):
                 alphas.append(None)
         else:
-            p = logits_to_probs(t_dec.step(t_prompt + out.token_ids[:i])[-1], params)            # [V_target]
+            p = logits_to_probs(t_dec.step(t_prompt + tokens[:i])[-1], params)            # [V_target]
             d_ids = d_prompt + (pair.draft_codec.encode_continuation(text) if text else [])
             logits = tli.restrict(d_dec.step(d_ids)[-1])                                          # [V_draft]
             for t, alphas in by.items():
@@ -80,7 +83,7 @@ def expected_acceptance(prompt: str, models, params: SamplingParams, max_new_tok
                     slem[t, "none"].append(float((p * q).sum()))
                     slem[t, "gumbel"].append(agreement(p, q, top=128))
         done += spelled[token] or b""
-    return {"tokens": out.token_ids, "alphas": by[draft_temperatures[0]],
+    return {"tokens": tokens, "alphas": by[draft_temperatures[0]],
             "by_draft_temperature": {str(t): a for t, a in by.items()},
             "slem_by_draft_temperature": {f"{t}/{c}": a for (t, c), a in slem.items()}}
 

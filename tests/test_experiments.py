@@ -349,3 +349,11 @@ def test_expected_acceptance_tells_a_mirror_from_a_stranger():
         if params.greedy:
             assert set(kept_a) | set(kept_b) <= {0.0, 1.0}
         assert fmean(kept_a) > fmean(kept_b) + 0.3, (params, fmean(kept_a), fmean(kept_b))
+        # Scoring a given continuation (e.g. an engine run's text) is scoring that text: the same result for the
+        # one generated here, another for another text.
+        again = expected_acceptance("def fibonacci(n):", (target, tt, mirror, dt), params, 12, seed=0,
+                                    tokens=a["tokens"])
+        assert again["tokens"] == a["tokens"] and again["alphas"] == a["alphas"]
+        other = expected_acceptance("def fibonacci(n):", (target, tt, mirror, dt), params, 12, seed=0,
+                                    tokens=b["tokens"][:6][::-1])
+        assert other["tokens"] == b["tokens"][:6][::-1] and len(other["alphas"]) == 6
