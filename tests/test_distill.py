@@ -69,6 +69,9 @@ def test_tli_is_one_minus_the_acceptance_of_the_renormalized_intersection_propos
     assert not torch.allclose(divergence(shifted, every, p_full, "tv"), divergence(logq, every, p_full, "tv"))
     with pytest.raises(ValueError, match="inside"):
         divergence(logq, partner, p_full, "tli")
+    # A model vocabulary padded past the tokenizer's ids: the padded rows count as outside.
+    padded = torch.log_softmax(torch.cat([logq, torch.full((2, 3), 5.0, dtype=logq.dtype)], -1), -1)
+    torch.testing.assert_close(divergence(padded, partner, p_full, "tli", inside), got)
 
 
 def test_with_the_whole_vocabulary_recorded_it_is_the_exact_kl_and_tv():

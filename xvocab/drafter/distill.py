@@ -143,6 +143,9 @@ def tli_rejection(logq: torch.Tensor, ids: torch.Tensor, p: torch.Tensor, inside
     """[m] one minus TLI's coarsened acceptance (module docstring). logq [m, V]; ids [m, k] intersection
     partners (NOWHERE: no partner); p [m, k] their target probabilities; inside [V] bool."""
     valid = ids != NOWHERE
+    V = logq.shape[-1]
+    if len(inside) != V:  # a model vocabulary padded past the tokenizer's ids: those rows are never proposed
+        inside = torch.nn.functional.pad(inside, (0, max(0, V - len(inside))))[:V]
     logq_in = logq.masked_fill(~inside, -math.inf)
     q = (logq_in - torch.logsumexp(logq_in, dim=-1, keepdim=True)).exp()                        # [m, V] q~
     P = torch.zeros_like(q).scatter_add_(1, ids.clamp(min=0), torch.where(valid, p, 0.0))         # [m, V]
