@@ -7,8 +7,8 @@ import torch
 
 from xvocab import zoo
 from xvocab.alignment.aligned import aligned_codec
-from xvocab.drafter.distill import (NOWHERE, divergence, divergence_reference, document, first_piece_map,
-                                    intersection_maps, pieces)
+from xvocab.alignment.intersection import intersection
+from xvocab.drafter.distill import (NOWHERE, divergence, divergence_reference, document, first_piece_map, pieces)
 from xvocab.drafter.student import Distill, StudentShape, _accumulate, batch_rows, build_student
 from xvocab.roles import prompt_ids
 
@@ -136,7 +136,7 @@ def test_documents_put_each_target_distribution_where_the_draft_predicts_that_to
     # The draft text is exactly what the drafter reads for prompt + completion (the aligned encoding).
     assert ids == prompt_ids(draft, prompt + completion, aligned)
     assert len(soft["rows"]) == n
-    partner, inside = intersection_maps(aligned)
+    inside = intersection(target, draft).draft_mask
     for row, mapped, tli, t in zip(soft["rows"].tolist(), soft["ids"].tolist(), soft["tli_ids"].tolist(), gen_ids):
         assert ids[row + 1] == mapped[0] == pieces(aligned, t)[0]
         # tli reads intersection partners only: a token spelled in several pieces has none

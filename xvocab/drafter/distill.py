@@ -72,15 +72,10 @@ def first_piece_map(aligned) -> torch.Tensor:
 
 
 @lru_cache(maxsize=4)
-def intersection_maps(aligned) -> tuple[torch.Tensor, torch.Tensor]:
-    """([V_target] long: each target id's intersection partner, NOWHERE if none; [V_draft] bool: the draft ids
-    TLI can propose). What the `tli` loss reads; treat both as read-only."""
-    t2d = torch.full((len(aligned.target.token_bytes),), NOWHERE, dtype=torch.long)   # as long as first_piece_map
-    n = min(len(t2d), len(aligned.target_to_draft))
-    t2d[:n] = torch.tensor(aligned.target_to_draft[:n], dtype=torch.long)
-    inside = torch.zeros(len(aligned.token_bytes), dtype=torch.bool)
-    inside[t2d[t2d != NOWHERE]] = True
-    return t2d, inside
+def partner_map(aligned) -> torch.Tensor:
+    """[V_target] long: each target id's intersection partner (NO_TOKEN = NOWHERE if none), what the `tli` loss
+    reads (xvocab.alignment.intersection's map, kept by the aligned codec); treat it as read-only."""
+    return torch.tensor(aligned.target_to_draft, dtype=torch.long)
 
 
 def pieces(aligned, target_id: int) -> list[int]:
@@ -112,7 +107,7 @@ def document(prefix: list[int], target_ids: list[int], top_ids: torch.Tensor, to
     ids = ids[:max_len]
     keep_t = torch.tensor(keep, dtype=torch.long)
     kept = top_ids[keep_t].long() if keep else torch.empty((0, top_ids.shape[1]), dtype=torch.long)
-    partner = intersection_maps(aligned)[0]
+    partner = partner_map(aligned)
     return ids, {"rows": torch.tensor(rows, dtype=torch.long), "ids": first_piece[kept], "tli_ids": partner[kept],
                  "p": top_logp[keep_t].float().exp() if keep else torch.empty((0, top_ids.shape[1]))}
 
@@ -158,12 +153,12 @@ def tli_rejection(logq: torch.Tensor, ids: torch.Tensor, p: torch.Tensor, inside
 def divergence(logq: torch.Tensor, ids: torch.Tensor, p: torch.Tensor, kind: str,
                inside: torch.Tensor | None = None) -> torch.Tensor:
     """[m] divergence between the teacher's coarsened P and the student's q per position (module docstring).
-    `tli` reads intersection partners as `ids` and needs `inside` ([V] bool, `intersection_maps`)."""
+    `tli` reads intersection partners as `ids` and needs `inside` ([V] bool: `VocabMap.draft_mask`)."""
     if kind not in KINDS:
         raise ValueError(f"distillation loss {kind!r}; choose one of {', '.join(KINDS)}")
     if kind == "tli":
         if inside is None:
-            raise ValueError("the tli loss needs `inside`, the draft ids in the intersection (intersection_maps)")
+            raise ValueError("the tli loss needs `inside`, the draft ids in the intersection (VocabMap.draft_mask)")
         return tli_rejection(logq, ids, p, inside.to(logq.device))
     P, S, r, log_q_other = coarse(ids, p, logq)
     if kind == "fkl":

@@ -132,7 +132,7 @@ def evaluate(model, docs: list[list[int]], *, pad_id: int, batch_size: int, auto
 @dataclass(frozen=True)
 class Distill:
     """The logit-level part of the objective: (1 - weight) * next-token loss + weight * `loss` (xvocab.drafter.distill).
-    `inside` ([V_draft] bool, xvocab.drafter.distill.intersection_maps): the draft ids TLI can propose, which the
+    `inside` ([V_draft] bool, xvocab.alignment.intersection's `draft_mask`): the draft ids TLI can propose, which the
     tli loss needs (and the held-out val_tli; without it that is not logged)."""
     weight: float = 0.0
     loss: str = "fkl"

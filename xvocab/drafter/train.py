@@ -18,7 +18,8 @@ import torch
 
 from xvocab import records, zoo
 from xvocab.alignment.aligned import AlignedCodec, draft_codec, model_encoding
-from xvocab.drafter.distill import KINDS, document, first_piece_map, intersection_maps
+from xvocab.alignment.intersection import intersection
+from xvocab.drafter.distill import KINDS, document, first_piece_map
 from xvocab.drafter.prompts import raw_code
 from xvocab.drafter.student import (Distill, StudentShape, build_student, encode_documents, save_student, shape_of,
                                     train_student)
@@ -85,7 +86,7 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
     d_codec = draft_codec(target_tokenizer, tokenizer, s.encoding)
     aligned = d_codec if isinstance(d_codec, AlignedCodec) else None
     if aligned is not None:  # the draft ids TLI can propose: the tli loss and the held-out val_tli read them
-        distill = replace(distill, inside=intersection_maps(aligned)[1])
+        distill = replace(distill, inside=intersection(target_tokenizer, tokenizer).draft_mask.to(device))
     random.Random(cfg.seed).shuffle(rows)  # the same permutation the text-only stage always used
     docs, soft, rest = _documents(rows, tokenizer, aligned, s.seq_len, distill)
     holdout, train_docs = docs[:s.holdout], docs[s.holdout:]
