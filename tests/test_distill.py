@@ -8,7 +8,8 @@ import torch
 from xvocab import zoo
 from xvocab.alignment.aligned import aligned_codec
 from xvocab.alignment.intersection import intersection
-from xvocab.drafter.distill import (NOWHERE, divergence, divergence_reference, document, first_piece_map, pieces)
+from xvocab.drafter.distill import (NOWHERE, argmax_labels, divergence, divergence_reference, document, first_piece_map,
+                                    greedy_agreement, pieces)
 from xvocab.drafter.student import Distill, StudentShape, _accumulate, batch_rows, build_student
 from xvocab.roles import prompt_ids
 
@@ -204,3 +205,52 @@ def test_onpolicy_documents_train_on_the_divergence_only():
     model = build_student(tok, StudentShape(1, 32, 64, 2), seed=0)
     _accumulate(model, ids, mask, labels, torch.device("cpu"), False, 2, rows_soft, Distill(0.5, "fkl"))
     assert not torch.allclose(torch.cat([p.grad.flatten() for p in model.parameters()]), grads[0])
+
+
+def test_target_argmax_labels_replace_only_the_recorded_positions_with_the_targets_top1():
+    """next_token=target_argmax: at each recorded position the label is the first piece of the target's most likely
+    token (top-1 of the recorded distribution), on-policy rows included; every other label is the text's."""
+    gen = torch.Generator().manual_seed(0)
+    doc = [1] + torch.randint(100, 5000, (9,), generator=gen).tolist()
+    rows = torch.tensor([2, 3, 5, 7])                      # a multi-piece token leaves gaps (rows 4, 6 are later pieces)
+    top = torch.randint(100, 5000, (4, 3), generator=gen)
+    top[2, 0] = NOWHERE                                    # a special token as top-1: keeps the text's label
+    soft = {"rows": rows, "ids": top, "p": torch.full((4, 3), 0.3)}
+    labels = torch.tensor(doc)
+    out = argmax_labels(labels, soft)
+    expect = list(doc)
+    for r, t in zip(rows.tolist(), top[:, 0].tolist()):
+        if t != NOWHERE:
+            expect[r + 1] = t
+    assert out.tolist() == expect and labels.tolist() == doc          # a copy, the input untouched
+    assert out[rows[0] + 1] != doc[rows[0] + 1]                        # control: the replacement changed something
+    # Through batch_rows: an on-policy row (no text labels) gets exactly the recorded positions' top-1 labels.
+    ids, mask, lab, _ = batch_rows([doc], [], batch_size=2, raw_fraction=0.0, pad_id=0,
+                                   generator=torch.Generator().manual_seed(1),
+                                   teacher_soft=[dict(soft, next_token=False)], next_token="target_argmax")
+    want = torch.full((len(doc),), -100)
+    want[rows[[0, 1, 3]] + 1] = top[[0, 1, 3], 0]
+    assert (lab == want).all()
+    _, _, lab_text, _ = batch_rows([doc], [], batch_size=2, raw_fraction=0.0, pad_id=0,
+                                   generator=torch.Generator().manual_seed(1),
+                                   teacher_soft=[dict(soft, next_token=False)])
+    assert (lab_text == -100).all()                                    # the default keeps on-policy rows unlabelled
+    with pytest.raises(Exception, match="next_token"):
+        batch_rows([doc], [], batch_size=1, raw_fraction=0.0, pad_id=0, generator=torch.Generator().manual_seed(1),
+                   teacher_soft=[soft], next_token="argmax")
+
+
+def test_greedy_agreement_is_argmax_equality_at_the_recorded_rows():
+    gen = torch.Generator().manual_seed(3)
+    logq = torch.log_softmax(torch.randn(8, 30, generator=gen), -1)   # [T, V]
+    rows = torch.tensor([0, 2, 3, 6])
+    top = torch.randint(0, 30, (4, 5), generator=gen)
+    top[0, 0] = int(logq[0].argmax())                                  # agrees
+    top[1, 0] = (int(logq[2].argmax()) + 1) % 30                       # disagrees
+    top[2, 0] = NOWHERE                                                # maps nowhere: never agrees
+    top[3, 0] = int(logq[6].argmax())
+    got = greedy_agreement(logq, {"rows": rows, "ids": top}).tolist()
+    assert got == [True, False, False, True]
+    reference = [int(top[i, 0]) != NOWHERE and int(top[i, 0]) == max(range(30), key=lambda v: float(logq[r, v]))
+                 for i, r in enumerate(rows.tolist())]
+    assert got == reference

@@ -246,7 +246,8 @@ def test_train_drafter_command_end_to_end_on_a_tiny_target(tmp_path):
                                  "onpolicy.max_new_tokens=5"], cwd=root, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert len(read_teacher_text(tmp_path / "work" / "onpolicy", distributions=True)) == 3
-    proc = subprocess.run(distill + ["student.onpolicy=true", "onpolicy.n_prompts=3"], cwd=root, capture_output=True,
+    proc = subprocess.run(distill + ["student.onpolicy=true", "onpolicy.n_prompts=3",
+                                     "student.next_token=target_argmax"], cwd=root, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     record = json.loads((out2 / "xvocab_training.json").read_text())
@@ -254,9 +255,11 @@ def test_train_drafter_command_end_to_end_on_a_tiny_target(tmp_path):
     assert record["onpolicy"]["documents"] == 3 and record["onpolicy"]["meta"]["drafter"] == str(out)
     assert "On-policy data" in (out2 / "README.md").read_text()
     assert 0 <= record["distill"]["teacher_rest_mass"] < 1 and 0 <= record["final_val_tv"] <= 1
-    assert 0 <= record["final_val_tli"] <= 1
+    assert 0 <= record["final_val_tli"] <= 1 and 0 <= record["final_val_greedy"] <= 1
+    assert record["student_config"]["next_token"] == "target_argmax" and "target_argmax" in (out2 / "README.md").read_text()
     log = [json.loads(line) for line in (out2 / "train_log.jsonl").read_text().splitlines()]
     assert log[0]["step"] == 0 and "val_tv" in log[0] and "val_tli" in log[0] and "val_fkl" in log[-1]
+    assert "val_greedy" in log[0] and "val_greedy" in log[-1]
     assert "logit level" in (out2 / "README.md").read_text() and "TLI's" in (out2 / "README.md").read_text()
     # Distilling from teacher text recorded without distributions is refused with the fix.
     bare = [a.replace(f"work_dir={tmp_path / 'work'}", f"work_dir={tmp_path / 'bare'}") for a in distill

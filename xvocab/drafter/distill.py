@@ -33,6 +33,12 @@ The divergences (`kind`):
   first pieces SLEM and SLRS can use, `tli` spends all of q on what TLI can win; and since TLI renormalizes,
   its acceptance can exceed 1 - TV (q mass off the intersection is not lost, only redistributed).
 
+Greedy (`greedy_agreement`, `argmax_labels`): at temperature 0 a draft position is accepted when the draft's
+argmax is the first piece of the target's argmax (the recorded top-1, `ids[:, 0]`); the held-out share of
+such positions (`val_greedy`) is the T = 0 counterpart of 1 - TV, and `student.next_token=target_argmax`
+trains the next-token part on that label at every recorded position (sampled and on-policy text included)
+instead of the token the text happens to hold there.
+
 Invariant (tests/test_distill.py): `divergence` equals `divergence_reference`, a per-position
 dictionary computation; with k = the whole vocabulary and a one-to-one map it equals the exact KL,
 TV and one minus TLI's acceptance; fkl and tv are zero exactly when q agrees with P on the partition.
@@ -175,6 +181,25 @@ def soft_divergence(logq: torch.Tensor, soft: dict, kind: str, inside: torch.Ten
     device = logq.device
     ids = soft["tli_ids"] if kind == "tli" else soft["ids"]
     return divergence(logq[soft["rows"].to(device)], ids.to(device), soft["p"].to(device), kind, inside)
+
+
+def greedy_agreement(logq: torch.Tensor, soft: dict) -> torch.Tensor:
+    """[m] bool: at each recorded position of one document, the student's argmax (over its whole vocabulary, as
+    greedy drafting proposes) is the first piece of the target's most likely token. logq [T, V]; `soft` as in
+    `document`. A target top-1 with no draft id (NOWHERE) never agrees."""
+    top1 = soft["ids"][:, 0].to(logq.device)                                                       # [m]
+    return (logq[soft["rows"].to(logq.device)].argmax(-1) == top1) & (top1 != NOWHERE)
+
+
+def argmax_labels(labels: torch.Tensor, soft: dict) -> torch.Tensor:
+    """labels [T] of one document with the label after each recorded position replaced by the first piece of the
+    target's most likely token there (the greedy target's choice); positions whose top-1 maps nowhere keep theirs.
+    Returns a new tensor; other positions (the prompt, later pieces of a multi-piece token) are untouched."""
+    out = labels.clone()
+    top1 = soft["ids"][:, 0]
+    ok = top1 != NOWHERE
+    out[soft["rows"][ok] + 1] = top1[ok]
+    return out
 
 
 def divergence_reference(logq: torch.Tensor, ids: torch.Tensor, p: torch.Tensor, kind: str,

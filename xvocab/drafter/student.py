@@ -30,11 +30,12 @@ from tqdm.auto import tqdm
 
 from xvocab.alignment.aligned import CONFIG_KEY as ENCODING_KEY
 from xvocab.alignment.aligned import DEFAULT_ENCODING
-from xvocab.drafter.distill import KINDS, soft_divergence
+from xvocab.drafter.distill import KINDS, argmax_labels, greedy_agreement, soft_divergence
 from xvocab.roles import prompt_ids
 from xvocab.errors import ConfigError
 
 IGNORE = -100  # label of padding positions: no loss
+NEXT_TOKEN = ("text", "target_argmax")  # what the next-token loss predicts at recorded positions (batch_rows)
 
 
 @dataclass(frozen=True)
@@ -69,13 +70,17 @@ def encode_documents(tokenizer, texts: list[str], max_len: int, aligned=None) ->
 
 
 def batch_rows(teacher_docs: list[list[int]], raw_docs: list[list[int]], *, batch_size: int, raw_fraction: float,
-               generator: torch.Generator, pad_id: int, teacher_soft: list[dict | None] | None = None
-               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[dict | None]]:
+               generator: torch.Generator, pad_id: int, teacher_soft: list[dict | None] | None = None,
+               next_token: str = "text") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[dict | None]]:
     """(input_ids, attention_mask, labels), each [batch_size, longest row], one document per row, and each
     row's soft targets (`teacher_soft[i]` for teacher document i, see xvocab.drafter.distill; None for raw).
 
     A document whose soft targets say `next_token: False` (on-policy data, xvocab.drafter.onpolicy: the
-    drafter's own text, whose next tokens are not the target's) has no labels: only its divergence counts."""
+    drafter's own text, whose next tokens are not the target's) has no labels: only its divergence counts.
+    `next_token="target_argmax"`: at every recorded position of a row with soft targets (on-policy rows included)
+    the label is the target's most likely token instead (xvocab.drafter.distill.argmax_labels)."""
+    if next_token not in NEXT_TOKEN:
+        raise ConfigError(f"student.next_token={next_token!r}; choose one of {', '.join(NEXT_TOKEN)}")
     rows, soft = [], []
     for _ in range(batch_size):
         use_raw = raw_docs and float(torch.rand((), generator=generator)) < raw_fraction
@@ -87,6 +92,8 @@ def batch_rows(teacher_docs: list[list[int]], raw_docs: list[list[int]], *, batc
     for b, s in enumerate(soft):
         if s is not None and not s.get("next_token", True):
             labels[b] = IGNORE
+        if s is not None and next_token == "target_argmax" and len(s["rows"]):
+            labels[b] = argmax_labels(labels[b], s)
     return ids, mask, labels, soft
 
 
@@ -190,11 +197,12 @@ def evaluate_distill(model, docs: list[list[int]], soft: list[dict], *, pad_id: 
                      autocast: bool, inside: torch.Tensor | None = None) -> dict:
     """Mean forward KL, total variation and (given `inside`) TLI rejection rate to the teacher's recorded
     distributions over held-out documents. 1 - tv is the coarsened per-position acceptance rate of speculative
-    sampling, 1 - tli that of TLI's one-token proposal (xvocab.drafter.distill)."""
+    sampling, 1 - tli that of TLI's one-token proposal (xvocab.drafter.distill); `val_greedy` the share of positions
+    where the student's argmax is the target's (greedy drafting's acceptance per position)."""
     model.eval()
     device = next(model.parameters()).device
     kinds = [k for k in KINDS if k != "tli" or (inside is not None and soft and "tli_ids" in soft[0])]
-    sums, count = {kind: 0.0 for kind in kinds}, 0
+    sums, count, agree = {kind: 0.0 for kind in kinds}, 0, 0
     for start in range(0, len(docs), batch_size):
         ids, mask, _ = pad_rows(docs[start:start + batch_size], pad_id)
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=autocast):
@@ -205,9 +213,10 @@ def evaluate_distill(model, docs: list[list[int]], soft: list[dict], *, pad_id: 
                 continue
             for kind in kinds:
                 sums[kind] += float(soft_divergence(logq[b], s, kind, inside).sum())
+            agree += int(greedy_agreement(logq[b], s).sum())
             count += len(s["rows"])
     model.train()
-    return {f"val_{kind}": sums[kind] / max(count, 1) for kind in kinds}
+    return {**{f"val_{kind}": sums[kind] / max(count, 1) for kind in kinds}, "val_greedy": agree / max(count, 1)}
 
 
 def _save_checkpoint(path: Path, model, optimizer, progress: dict) -> None:
@@ -221,7 +230,8 @@ def train_student(model, teacher_docs: list[list[int]], raw_docs: list[list[int]
                   weight_decay: float, raw_fraction: float, checkpoint_every: int, eval_every: int, seed: int,
                   pad_id: int, autocast: bool, micro_batches: int = 1, time_budget_s: float | None = None,
                   teacher_soft: list[dict | None] | None = None, holdout_soft: list[dict | None] | None = None,
-                  distill: Distill = Distill(), log_start: bool = False) -> tuple[object, dict]:
+                  distill: Distill = Distill(), log_start: bool = False, next_token: str = "text"
+                  ) -> tuple[object, dict]:
     """Train `model` in place up to `steps`, resuming from `work_dir/checkpoint.pt`.
 
     Returns (model, progress) with progress = {step, tokens, seconds}, totals over every session.
@@ -231,6 +241,7 @@ def train_student(model, teacher_docs: list[list[int]], raw_docs: list[list[int]
     `teacher_soft`/`holdout_soft`: soft targets of each teacher/held-out document (xvocab.drafter.distill),
     used with weight `distill.weight`; the held-out divergences are logged as val_fkl, val_tv and val_tli.
     `log_start`: also log the held-out losses before the first step (a run continuing a trained drafter).
+    `next_token`: the next-token loss's label at recorded positions (`batch_rows`).
     """
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -264,7 +275,7 @@ def train_student(model, teacher_docs: list[list[int]], raw_docs: list[list[int]
             generator = torch.Generator().manual_seed(seed * 1_000_003 + step)
             ids, mask, labels, soft = batch_rows(teacher_docs, raw_docs, batch_size=batch_size,
                                                  raw_fraction=raw_fraction, generator=generator, pad_id=pad_id,
-                                                 teacher_soft=teacher_soft)
+                                                 teacher_soft=teacher_soft, next_token=next_token)
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step, lr=lr, min_lr=min_lr, warmup=warmup, steps=steps)
             optimizer.zero_grad(set_to_none=True)

@@ -21,7 +21,7 @@ from xvocab.alignment.aligned import AlignedCodec, draft_codec, model_encoding
 from xvocab.alignment.intersection import intersection
 from xvocab.drafter.distill import KINDS, document, first_piece_map
 from xvocab.drafter.prompts import raw_code
-from xvocab.drafter.student import (Distill, StudentShape, build_student, encode_documents, save_student, shape_of,
+from xvocab.drafter.student import (NEXT_TOKEN, Distill, StudentShape, build_student, encode_documents, save_student, shape_of,
                                     train_student)
 from xvocab.roles import prompt_ids
 from xvocab.drafter.teacher import read_teacher_text
@@ -56,6 +56,9 @@ def loss_figure(rows: list[dict], out_path: Path, title: str) -> None:
         tli = [(r["step"], 1 - r["val_tli"]) for r in rows if "val_tli" in r]
         if tli:
             ax2.plot(*zip(*tli), "^:", color="tab:red", label="held-out TLI acceptance per position")
+        greedy = [(r["step"], r["val_greedy"]) for r in rows if "val_greedy" in r]
+        if greedy:
+            ax2.plot(*zip(*greedy), "v-.", color="tab:purple", label="held-out greedy agreement (T = 0) per position")
         ax2.set_ylabel("acceptance per position")
         more = ax2.get_legend_handles_labels()
         handles, labels = handles + more[0], labels + more[1]
@@ -74,6 +77,9 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
     if distill.loss not in KINDS or not 0.0 <= distill.weight <= 1.0:
         raise ConfigError(f"student.distill_loss={distill.loss!r}, student.distill_weight={distill.weight}: "
                           f"choose the loss from {', '.join(KINDS)} and a weight in [0, 1]")
+    next_token = s.get("next_token", "text")
+    if next_token not in NEXT_TOKEN:
+        raise ConfigError(f"student.next_token={next_token!r}; choose one of {', '.join(NEXT_TOKEN)}")
     meta_path = teacher_dir / "meta.json"
     recorded = meta_path.exists() and json.loads(meta_path.read_text()).get("top_k", 0) > 0
     # Recorded distributions are read whenever there are some and the draft is aligned: a run without the
@@ -93,9 +99,10 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
     holdout_soft, train_soft = (soft[:s.holdout], soft[s.holdout:]) if soft is not None else (None, None)
     onpolicy_meta, n_onpolicy = None, 0
     if s.get("onpolicy"):  # added to training only: the held-out documents stay the teacher's, comparable across runs
-        if not distill.weight:
+        if not distill.weight and next_token == "text":
             raise ConfigError("student.onpolicy=true trains on the target's scores of drafter text, which only the "
-                              "logit-level loss reads: set student.distill_weight > 0")
+                              "logit-level loss and target_argmax labels read: set student.distill_weight > 0 or "
+                              "student.next_token=target_argmax")
         o = cfg.onpolicy
         on_rows = read_teacher_text(o.dir, max_shards=math.ceil(o.n_prompts / cfg.teacher.batch_size),
                                     distributions=True)
@@ -122,6 +129,9 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
           + (f"; distilling {distill.loss} (weight {distill.weight}) on {sum(len(x['rows']) for x in soft)} target "
              f"positions, mean mass outside the recorded top-{cfg.teacher.top_k}: {rest:.4f}" if soft else "")
           + (f"; {n_onpolicy} on-policy documents by {onpolicy_meta['drafter']}" if onpolicy_meta else ""))
+    if next_token != "text" and soft is None:
+        raise ConfigError(f"student.next_token={next_token} reads the target's recorded distributions: record them "
+                          f"(teacher.top_k > 0) and use student.encoding=aligned, or set student.next_token=text")
     if soft is not None and not distill.weight:
         print("recorded distributions are used for the held-out divergences only (student.distill_weight=0)")
     model, progress = train_student(model, train_docs, raw_docs, holdout, work, steps=s.steps, batch_size=s.batch_size,
@@ -130,7 +140,7 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
                                     eval_every=s.eval_every, seed=cfg.seed, pad_id=pad_id, autocast=autocast,
                                     micro_batches=s.micro_batches, time_budget_s=s.time_budget_s,
                                     teacher_soft=train_soft, holdout_soft=holdout_soft, distill=distill,
-                                    log_start=bool(s.init_from))
+                                    log_start=bool(s.init_from), next_token=next_token)
     log = records.read(work / "train_log.jsonl")  # complete lines only: a kill can cut the last one
     val = [r["val_loss"] for r in log if "val_loss" in r]
     extra = {"target": cfg.target, "draft_tokenizer": cfg.draft_tokenizer, "shape": shape_of(model),
@@ -143,6 +153,7 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
              "onpolicy": {"documents": n_onpolicy, "meta": onpolicy_meta} if onpolicy_meta else None,
              "final_val_tv": next((r["val_tv"] for r in reversed(log) if "val_tv" in r), None),
              "final_val_tli": next((r["val_tli"] for r in reversed(log) if "val_tli" in r), None),
+             "final_val_greedy": next((r["val_greedy"] for r in reversed(log) if "val_greedy" in r), None),
              "device": device, "python": platform.python_version(), "torch": torch.__version__,
              "command": command}
     loss_figure(log, work / "loss.png", cfg.name)
@@ -205,6 +216,7 @@ def _check_resume(path: Path, settings: dict) -> None:
         old["draft_tokenizer"], new["draft_tokenizer"] = stored.get("draft_tokenizer"), settings["draft_tokenizer"]
         old.setdefault("encoding", "native")  # runs made before these settings existed
         old.setdefault("onpolicy", False)
+        old.setdefault("next_token", "text")
         diff = records.changed_settings(old, new)
         if diff:
             raise ConfigError(f"{path.parent} holds a student trained with other settings {diff} (stored, asked); "
@@ -247,7 +259,11 @@ def _distill_words(extra: dict) -> str:
                   f"the top-k), and the student's, + {1 - d['weight']} x next-token loss. Held-out 1 - TV "
                   f"(acceptance per position): {1 - extra['final_val_tv']:.3f}"
                   + (f"; TLI's: {1 - extra['final_val_tli']:.3f}" if extra.get("final_val_tli") is not None else "")
-                  + ".\n")
+                  + (f"; greedy agreement: {extra['final_val_greedy']:.3f}"
+                     if extra.get("final_val_greedy") is not None else "") + ".\n")
+    if extra["student_config"].get("next_token", "text") == "target_argmax":
+        words += ("The next-token loss predicted the target's most likely token at every recorded position "
+                  "(`student.next_token=target_argmax`), not the token the text held there.\n")
     o = extra.get("onpolicy")
     if o:
         words += (f"On-policy data (xvocab.drafter.onpolicy): {o['documents']} continuations written by "
