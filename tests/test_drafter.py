@@ -239,8 +239,9 @@ def test_train_drafter_command_end_to_end_on_a_tiny_target(tmp_path):
     # Logit-level distillation from the recorded distributions, continuing the drafter just made.
     out2 = tmp_path / "distilled"
     distill = [a.replace(f"out_dir={out}", f"out_dir={out2}").replace("name=tiny-drafter", "name=tiny-distilled")
+               .replace("student.layers=1", "student.layers=2")
                for a in cmd] + ["stage=student", f"student.init_from={out}", "student.distill_weight=0.5",
-                                "student.distill_loss=tli"]
+                                "student.distill_loss=tli", "student.grow=true"]   # deepened 1 -> 2 layers first
     # The drafter just made writes on-policy data, which the distilling student adds to its documents.
     proc = subprocess.run(cmd + ["stage=onpolicy", f"onpolicy.drafter={out}", "onpolicy.n_prompts=3",
                                  "onpolicy.max_new_tokens=5"], cwd=root, capture_output=True, text=True, timeout=600)
@@ -251,7 +252,7 @@ def test_train_drafter_command_end_to_end_on_a_tiny_target(tmp_path):
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     record = json.loads((out2 / "xvocab_training.json").read_text())
-    assert record["init_from"] == str(out) and record["distill"]["loss"] == "tli"
+    assert record["init_from"] == str(out) and record["distill"]["loss"] == "tli" and record["shape"]["layers"] == 2
     assert record["onpolicy"]["documents"] == 3 and record["onpolicy"]["meta"]["drafter"] == str(out)
     assert "On-policy data" in (out2 / "README.md").read_text()
     assert 0 <= record["distill"]["teacher_rest_mass"] < 1 and 0 <= record["final_val_tv"] <= 1
@@ -326,3 +327,45 @@ def test_shipped_drafter_is_small_whole_and_lossless_on_humaneval():
                            draft_tokenizer=draft_tok, algorithm=algorithm, k=4, max_new_tokens=24)
             assert out.token_ids == ar.token_ids, (row["id"], algorithm)
             assert out.stats.tau > 1.0  # the drafter's tokens are accepted, not just the target's own
+
+
+def test_grown_positions_spread_the_inserted_layers():
+    from xvocab.drafter.student import grown_positions
+
+    assert grown_positions(4, 4) == [0, 1, 2, 3]
+    assert grown_positions(4, 6) == [0, 1, 3, 4] and grown_positions(4, 8) == [0, 2, 4, 6]
+    for old, new in [(1, 3), (3, 4), (4, 5), (5, 12)]:
+        pos = grown_positions(old, new)
+        assert pos[0] == 0 and pos == sorted(set(pos)) and pos[-1] < new and len(pos) == old
+    with pytest.raises(ConfigError, match="at least as deep"):
+        grown_positions(4, 3)
+
+
+def test_growing_depth_keeps_the_function_and_trains_the_new_layers():
+    """grow_depth: the deepened drafter's logits equal the original's; the zeroed output projections get gradients
+    at once; control: the same copies without zeroed projections compute something else."""
+    from xvocab.drafter.student import grow_depth
+
+    tok = zoo.tokenizer("deepseek-coder")
+    model = build_student(tok, StudentShape(2, 32, 64, 2), seed=0).eval()
+    ids = torch.randint(100, 5000, (2, 17), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        before = model(ids).logits
+        grown = grow_depth(model, 5).eval()
+        after = grown(ids).logits
+    assert grown.config.num_hidden_layers == 5 and len(grown.model.layers) == 5
+    torch.testing.assert_close(after, before, atol=1e-5, rtol=0)
+    assert grown.lm_head.weight.data_ptr() == grown.model.embed_tokens.weight.data_ptr()   # still tied
+    grown.train()
+    grown(ids, labels=ids).loss.backward()
+    inserted = [j for j in range(5) if not grown.model.layers[j].mlp.down_proj.weight.detach().any()]
+    assert len(inserted) == 3
+    for j in inserted:
+        assert grown.model.layers[j].mlp.down_proj.weight.grad.abs().sum() > 0
+        assert grown.model.layers[j].self_attn.o_proj.weight.grad.abs().sum() > 0
+    # Control: un-zero the inserted layers' projections (plain copies) and the function changes.
+    with torch.no_grad():
+        for j in inserted:
+            grown.model.layers[j].mlp.down_proj.weight.normal_(0, 0.02)
+            grown.model.layers[j].self_attn.o_proj.weight.normal_(0, 0.02)
+        assert not torch.allclose(grown.eval()(ids).logits, before, atol=1e-5)

@@ -63,6 +63,53 @@ def build_student(tokenizer, shape: StudentShape, *, seed: int, max_positions: i
         return LlamaForCausalLM(config)
 
 
+def grown_positions(old: int, new: int) -> list[int]:
+    """Where each of `old` layers sits in a stack of `new` (strictly increasing, first at 0): the inserted
+    layers are spread evenly, each right after the old layer it copies (4 -> 6: [0, 1, 3, 4], new at 2 and 5)."""
+    if not 0 < old <= new:
+        raise ConfigError(f"cannot grow {old} layers into {new}: the grown stack must be at least as deep")
+    extra = new - old
+    # old layer i is followed by (number of inserts after it) copies; spread the inserts over the last layers first
+    after = [(extra * (i + 1)) // old - (extra * i) // old for i in range(old)]
+    positions, at = [], 0
+    for i in range(old):
+        positions.append(at)
+        at += 1 + after[i]
+    return positions
+
+
+def grow_depth(model, layers: int):
+    """`model` (a LlamaForCausalLM) deepened to `layers` layers computing exactly the same function (float rounding
+    apart): each inserted layer is a copy of the old layer before it with its two output projections (attention
+    o_proj, MLP down_proj) zeroed, so it adds nothing to the residual stream until training moves them (Net2Net-style
+    function-preserving growth; gradients reach the zeroed projections at once, since their inputs are not zero).
+    Why: more capacity for a drafter whose acceptance is capacity-bound, without losing what it already learned."""
+    from transformers import LlamaForCausalLM
+
+    old = model.config.num_hidden_layers
+    positions = grown_positions(old, layers)
+    config = type(model.config).from_dict({**model.config.to_dict(), "num_hidden_layers": layers})
+    grown = LlamaForCausalLM(config).to(next(model.parameters()).dtype)
+    source = {}                                # new layer index -> (old layer index, is a zero-output copy)
+    for i, pos in enumerate(positions):
+        end = positions[i + 1] if i + 1 < old else layers
+        for j in range(pos, end):
+            source[j] = (i, j != pos)
+    state = {}
+    for key, value in model.state_dict().items():
+        if not key.startswith("model.layers."):
+            state[key] = value
+    for j, (i, copy) in source.items():
+        for key, value in model.model.layers[i].state_dict().items():
+            zero = copy and key in ("self_attn.o_proj.weight", "mlp.down_proj.weight")
+            state[f"model.layers.{j}.{key}"] = torch.zeros_like(value) if zero else value.clone()
+    missing, unexpected = grown.load_state_dict(state, strict=False)
+    if unexpected or [k for k in missing if k != "lm_head.weight"]:  # tied head: lm_head is the embedding
+        raise RuntimeError(f"growing the drafter left weights unset: missing {missing}, unexpected {unexpected}")
+    grown.tie_weights()
+    return grown.train(model.training)
+
+
 def encode_documents(tokenizer, texts: list[str], max_len: int, aligned=None) -> list[list[int]]:
     """Each text as the drafter will see it (`prompt_ids`: BOS where the family uses one; in the
     target's segmentation when `aligned`, an xvocab.alignment.aligned.AlignedCodec), cut to max_len."""

@@ -21,7 +21,7 @@ from xvocab.alignment.aligned import AlignedCodec, draft_codec, model_encoding
 from xvocab.alignment.intersection import intersection
 from xvocab.drafter.distill import KINDS, document, first_piece_map
 from xvocab.drafter.prompts import raw_code
-from xvocab.drafter.student import (NEXT_TOKEN, Distill, StudentShape, build_student, encode_documents, save_student, shape_of,
+from xvocab.drafter.student import (NEXT_TOKEN, Distill, StudentShape, build_student, grow_depth, encode_documents, save_student, shape_of,
                                     train_student)
 from xvocab.roles import prompt_ids
 from xvocab.drafter.teacher import read_teacher_text
@@ -116,7 +116,7 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
                 if s.raw_fraction > 0 else [])
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     shape = StudentShape(s.layers, s.hidden, s.intermediate, s.heads)
-    model = (_initial(s.init_from, cfg.draft_tokenizer, s.encoding, shape) if s.init_from
+    model = (_initial(s.init_from, cfg.draft_tokenizer, s.encoding, shape, grow=bool(s.get("grow"))) if s.init_from
              else build_student(tokenizer, shape, seed=cfg.seed)).to(device)
     work = Path(cfg.work_dir) / "students" / cfg.name
     work.mkdir(parents=True, exist_ok=True)
@@ -188,18 +188,29 @@ def _documents(rows: list[dict], tokenizer, aligned, seq_len: int, distill: Dist
     return docs, soft, rest / max(n, 1)
 
 
-def _initial(init_from: str, draft_tokenizer: str, encoding: str, shape: StudentShape):
+def _initial(init_from: str, draft_tokenizer: str, encoding: str, shape: StudentShape, grow: bool = False):
     """The drafter `init_from` names (zoo name or path), float32, to train further; refused if its tokenizer,
-    encoding or shape is not the configured one (the checkpoint would describe another model)."""
+    encoding or shape is not the configured one (the checkpoint would describe another model). With `grow`, a
+    checkpoint shallower than `shape` (same width, MLP and heads) is deepened to it first, computing the same
+    function (xvocab.drafter.student.grow_depth)."""
     model, _ = zoo.model(init_from, dtype="float32", device="cpu")
     c = model.config
+    found_shape = StudentShape(c.num_hidden_layers, c.hidden_size, c.intermediate_size, c.num_attention_heads)
+    if grow and found_shape != shape:
+        if replace(found_shape, layers=shape.layers) != shape or found_shape.layers > shape.layers:
+            raise ConfigError(f"student.grow=true deepens a checkpoint; {init_from} is {found_shape}, the configured "
+                              f"student {shape}: keep hidden / intermediate / heads as they are and layers >= "
+                              f"{found_shape.layers}")
+        model = grow_depth(model, shape.layers)
+        found_shape = shape
     found = {"draft_tokenizer": getattr(c, "xvocab_tokenizer", None), "encoding": model_encoding(model),
-             "shape": StudentShape(c.num_hidden_layers, c.hidden_size, c.intermediate_size, c.num_attention_heads)}
+             "shape": found_shape}
     asked = {"draft_tokenizer": draft_tokenizer, "encoding": encoding, "shape": shape}
     diff = records.changed_settings(found, asked)
     if diff:
         raise ConfigError(f"student.init_from={init_from} differs from the configured student {diff} (its, asked); "
-                          f"set draft_tokenizer / student.encoding / the student shape to match it")
+                          f"set draft_tokenizer / student.encoding / the student shape to match it"
+                          + (" (or student.grow=true to deepen it)" if set(diff) == {"shape"} else ""))
     return model.train()
 
 
@@ -217,6 +228,7 @@ def _check_resume(path: Path, settings: dict) -> None:
         old.setdefault("encoding", "native")  # runs made before these settings existed
         old.setdefault("onpolicy", False)
         old.setdefault("next_token", "text")
+        old.setdefault("grow", False)
         diff = records.changed_settings(old, new)
         if diff:
             raise ConfigError(f"{path.parent} holds a student trained with other settings {diff} (stored, asked); "
