@@ -212,7 +212,7 @@ def test_target_argmax_labels_replace_only_the_recorded_positions_with_the_targe
     token (top-1 of the recorded distribution), on-policy rows included; every other label is the text's."""
     gen = torch.Generator().manual_seed(0)
     doc = [1] + torch.randint(100, 5000, (9,), generator=gen).tolist()
-    rows = torch.tensor([2, 3, 5, 7])                      # a multi-piece token leaves gaps (rows 4, 6 are later pieces)
+    rows = torch.tensor([2, 3, 5, 7])   # a multi-piece token leaves gaps (rows 4, 6 predict its later pieces)
     top = torch.randint(100, 5000, (4, 3), generator=gen)
     top[2, 0] = NOWHERE                                    # a special token as top-1: keeps the text's label
     soft = {"rows": rows, "ids": top, "p": torch.full((4, 3), 0.3)}

@@ -257,7 +257,8 @@ def test_train_drafter_command_end_to_end_on_a_tiny_target(tmp_path):
     assert "On-policy data" in (out2 / "README.md").read_text()
     assert 0 <= record["distill"]["teacher_rest_mass"] < 1 and 0 <= record["final_val_tv"] <= 1
     assert 0 <= record["final_val_tli"] <= 1 and 0 <= record["final_val_greedy"] <= 1
-    assert record["student_config"]["next_token"] == "target_argmax" and "target_argmax" in (out2 / "README.md").read_text()
+    assert record["student_config"]["next_token"] == "target_argmax"
+    assert "target_argmax" in (out2 / "README.md").read_text()
     log = [json.loads(line) for line in (out2 / "train_log.jsonl").read_text().splitlines()]
     assert log[0]["step"] == 0 and "val_tv" in log[0] and "val_tli" in log[0] and "val_fkl" in log[-1]
     assert "val_greedy" in log[0] and "val_greedy" in log[-1]
@@ -369,3 +370,22 @@ def test_growing_depth_keeps_the_function_and_trains_the_new_layers():
             grown.model.layers[j].mlp.down_proj.weight.normal_(0, 0.02)
             grown.model.layers[j].self_attn.o_proj.weight.normal_(0, 0.02)
         assert not torch.allclose(grown.eval()(ids).logits, before, atol=1e-5)
+
+
+def test_init_from_grows_only_when_asked_and_only_in_depth():
+    """student.init_from with another depth is refused with the fix (student.grow=true); with grow it deepens the
+    shipped drafter; another width is refused even with grow."""
+    from xvocab.drafter.train import _initial
+
+    c = zoo.model(SHIPPED, device="cpu")[0].config
+    shape = StudentShape(c.num_hidden_layers, c.hidden_size, c.intermediate_size, c.num_attention_heads)
+    deeper = StudentShape(shape.layers + 2, shape.hidden, shape.intermediate, shape.heads)
+    with pytest.raises(ConfigError, match="student.grow=true"):
+        _initial(SHIPPED, "deepseek-coder", "aligned", deeper)
+    assert _initial(SHIPPED, "deepseek-coder", "aligned", deeper, grow=True).config.num_hidden_layers == deeper.layers
+    wider = StudentShape(shape.layers + 2, shape.hidden * 2, shape.intermediate, shape.heads)
+    with pytest.raises(ConfigError, match="keep hidden"):
+        _initial(SHIPPED, "deepseek-coder", "aligned", wider, grow=True)
+    shallower = StudentShape(shape.layers - 1, shape.hidden, shape.intermediate, shape.heads)
+    with pytest.raises(ConfigError, match="layers >="):
+        _initial(SHIPPED, "deepseek-coder", "aligned", shallower, grow=True)

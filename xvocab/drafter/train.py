@@ -21,8 +21,8 @@ from xvocab.alignment.aligned import AlignedCodec, draft_codec, model_encoding
 from xvocab.alignment.intersection import intersection
 from xvocab.drafter.distill import KINDS, document, first_piece_map
 from xvocab.drafter.prompts import raw_code
-from xvocab.drafter.student import (NEXT_TOKEN, Distill, StudentShape, build_student, grow_depth, encode_documents, save_student, shape_of,
-                                    train_student)
+from xvocab.drafter.student import (NEXT_TOKEN, Distill, StudentShape, build_student, encode_documents, grow_depth,
+                                    save_student, shape_of, train_student)
 from xvocab.roles import prompt_ids
 from xvocab.drafter.teacher import read_teacher_text
 from xvocab.errors import ConfigError
@@ -95,6 +95,9 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
         distill = replace(distill, inside=intersection(target_tokenizer, tokenizer).draft_mask.to(device))
     random.Random(cfg.seed).shuffle(rows)  # the same permutation the text-only stage always used
     docs, soft, rest = _documents(rows, tokenizer, aligned, s.seq_len, distill)
+    if next_token != "text" and soft is None:  # before any model is built or directory written
+        raise ConfigError(f"student.next_token={next_token} reads the target's recorded distributions: record them "
+                          f"(teacher.top_k > 0) and use student.encoding=aligned, or set student.next_token=text")
     holdout, train_docs = docs[:s.holdout], docs[s.holdout:]
     holdout_soft, train_soft = (soft[:s.holdout], soft[s.holdout:]) if soft is not None else (None, None)
     onpolicy_meta, n_onpolicy = None, 0
@@ -129,9 +132,6 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
           + (f"; distilling {distill.loss} (weight {distill.weight}) on {sum(len(x['rows']) for x in soft)} target "
              f"positions, mean mass outside the recorded top-{cfg.teacher.top_k}: {rest:.4f}" if soft else "")
           + (f"; {n_onpolicy} on-policy documents by {onpolicy_meta['drafter']}" if onpolicy_meta else ""))
-    if next_token != "text" and soft is None:
-        raise ConfigError(f"student.next_token={next_token} reads the target's recorded distributions: record them "
-                          f"(teacher.top_k > 0) and use student.encoding=aligned, or set student.next_token=text")
     if soft is not None and not distill.weight:
         print("recorded distributions are used for the held-out divergences only (student.distill_weight=0)")
     model, progress = train_student(model, train_docs, raw_docs, holdout, work, steps=s.steps, batch_size=s.batch_size,
