@@ -126,8 +126,7 @@ def batch_rows(teacher_docs: list[list[int]], raw_docs: list[list[int]], *, batc
     drafter's own text, whose next tokens are not the target's) has no labels: only its divergence counts.
     `next_token="target_argmax"`: at every recorded position of a row with soft targets (on-policy rows included)
     the label is the target's most likely token instead (xvocab.drafter.distill.argmax_labels)."""
-    if next_token not in NEXT_TOKEN:
-        raise ConfigError(f"student.next_token={next_token!r}; choose one of {', '.join(NEXT_TOKEN)}")
+    check_next_token(next_token)
     rows, soft = [], []
     for _ in range(batch_size):
         use_raw = raw_docs and float(torch.rand((), generator=generator)) < raw_fraction
@@ -142,6 +141,13 @@ def batch_rows(teacher_docs: list[list[int]], raw_docs: list[list[int]], *, batc
         if s is not None and next_token == "target_argmax" and len(s["rows"]):
             labels[b] = argmax_labels(labels[b], s)
     return ids, mask, labels, soft
+
+
+def check_next_token(next_token: str) -> str:
+    """`next_token` if it is one of NEXT_TOKEN, else the ConfigError that names the choices."""
+    if next_token not in NEXT_TOKEN:
+        raise ConfigError(f"student.next_token={next_token!r}; choose one of {', '.join(NEXT_TOKEN)}")
+    return next_token
 
 
 def pad_rows(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

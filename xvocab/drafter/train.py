@@ -21,8 +21,8 @@ from xvocab.alignment.aligned import AlignedCodec, draft_codec, model_encoding
 from xvocab.alignment.intersection import intersection
 from xvocab.drafter.distill import KINDS, document, first_piece_map
 from xvocab.drafter.prompts import raw_code
-from xvocab.drafter.student import (NEXT_TOKEN, Distill, StudentShape, build_student, encode_documents, grow_depth,
-                                    save_student, shape_of, train_student)
+from xvocab.drafter.student import (Distill, StudentShape, build_student, check_next_token, encode_documents,
+                                    grow_depth, save_student, shape_of, train_student)
 from xvocab.roles import prompt_ids
 from xvocab.drafter.teacher import read_teacher_text
 from xvocab.errors import ConfigError
@@ -77,9 +77,7 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
     if distill.loss not in KINDS or not 0.0 <= distill.weight <= 1.0:
         raise ConfigError(f"student.distill_loss={distill.loss!r}, student.distill_weight={distill.weight}: "
                           f"choose the loss from {', '.join(KINDS)} and a weight in [0, 1]")
-    next_token = s.get("next_token", "text")
-    if next_token not in NEXT_TOKEN:
-        raise ConfigError(f"student.next_token={next_token!r}; choose one of {', '.join(NEXT_TOKEN)}")
+    next_token = check_next_token(s.get("next_token", "text"))
     meta_path = teacher_dir / "meta.json"
     recorded = meta_path.exists() and json.loads(meta_path.read_text()).get("top_k", 0) > 0
     # Recorded distributions are read whenever there are some and the draft is aligned: a run without the
