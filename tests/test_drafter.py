@@ -150,6 +150,32 @@ def test_teacher_shards_resume_and_refuse_other_settings(tiny_target, tmp_path):
         generate_teacher_text(target, tok, prompts, tmp_path, **(kw | {"max_new_tokens": 5}))
 
 
+def test_held_out_documents_never_include_one_trained_on_with_less_teacher_text():
+    """Training further on more teacher text (student.init_from, larger teacher.n_prompts) must not validate on
+    documents the starting checkpoint was trained on: a row trained on among fewer rows is never held out later."""
+    import random
+
+    from xvocab.drafter.train import held_out_ids
+
+    ids = [f"mod{i}.py:{i * 7}:f{i}" for i in range(3000)]
+    for seed in (0, 1):
+        small = held_out_ids(ids[:1000], 64, seed)
+        assert len(small) == 64 and small == held_out_ids(list(reversed(ids[:1000])), 64, seed)  # order-free
+        for more in (1500, 3000):
+            large = held_out_ids(ids[:more], 64, seed)
+            trained_before = set(ids[:1000]) - small
+            assert len(large) == 64 and not large & trained_before
+            assert large - small  # new documents do take places (otherwise this test checks nothing)
+    assert held_out_ids(ids, 64, 0) != held_out_ids(ids, 64, 1)
+    # Control: the first n of a seeded shuffle, the rule this replaced, fails the property.
+    def first_of_shuffle(xs, n, seed):
+        xs = list(xs)
+        random.Random(seed).shuffle(xs)
+        return set(xs[:n])
+
+    assert first_of_shuffle(ids, 64, 0) & (set(ids[:1000]) - first_of_shuffle(ids[:1000], 64, 0))
+
+
 def test_lr_schedule_warms_up_then_decays():
     kw = dict(lr=1.0, min_lr=0.1, warmup=10, steps=110)
     assert lr_at(0, **kw) == pytest.approx(0.1) and lr_at(9, **kw) == pytest.approx(1.0)

@@ -7,6 +7,7 @@ its training record (`xvocab_training.json`) and loss curve (`loss.png`).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import platform
@@ -91,13 +92,21 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
     aligned = d_codec if isinstance(d_codec, AlignedCodec) else None
     if aligned is not None:  # the draft ids TLI can propose: the tli loss and the held-out val_tli read them
         distill = replace(distill, inside=intersection(target_tokenizer, tokenizer).draft_mask.to(device))
-    random.Random(cfg.seed).shuffle(rows)  # the same permutation the text-only stage always used
-    docs, soft, rest = _documents(rows, tokenizer, aligned, s.seq_len, distill)
+    if len(rows) <= s.holdout:
+        raise ConfigError(f"{len(rows)} teacher documents and student.holdout={s.holdout}: nothing would be left to "
+                          f"train on; generate more teacher text (teacher.n_prompts) or hold out fewer")
+    random.Random(cfg.seed).shuffle(rows)  # the order training draws documents in
+    held = held_out_ids([r["id"] for r in rows], s.holdout, cfg.seed)
+    holdout, holdout_soft = _documents([r for r in rows if r["id"] in held], tokenizer, aligned, s.seq_len, distill)
+    train_docs, train_soft = _documents([r for r in rows if r["id"] not in held], tokenizer, aligned, s.seq_len,
+                                        distill)
+    if train_soft is not None:
+        holdout_soft = holdout_soft or []  # no held-out rows: an empty list, not the text-only None
+    soft = None if train_soft is None else holdout_soft + train_soft
+    rest = outside_mass(rows) if soft is not None else None
     if next_token != "text" and soft is None:  # before any model is built or directory written
         raise ConfigError(f"student.next_token={next_token} reads the target's recorded distributions: record them "
                           f"(teacher.top_k > 0) and use student.encoding=aligned, or set student.next_token=text")
-    holdout, train_docs = docs[:s.holdout], docs[s.holdout:]
-    holdout_soft, train_soft = (soft[:s.holdout], soft[s.holdout:]) if soft is not None else (None, None)
     onpolicy_meta, n_onpolicy = None, 0
     if s.get("onpolicy"):  # added to training only: the held-out documents stay the teacher's, comparable across runs
         if not distill.weight and next_token == "text":
@@ -110,7 +119,7 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
         if not on_rows:
             raise ConfigError(f"no on-policy shards under {o.dir}; run stage=onpolicy first")
         onpolicy_meta = json.loads((Path(o.dir) / "meta.json").read_text())
-        on_docs, on_soft, _ = _documents(on_rows, tokenizer, aligned, s.seq_len, distill)
+        on_docs, on_soft = _documents(on_rows, tokenizer, aligned, s.seq_len, distill)
         on_soft = [dict(x, next_token=False) for x in on_soft]  # the drafter's text: its divergence, not its tokens
         train_docs, train_soft, n_onpolicy = train_docs + on_docs, train_soft + on_soft, len(on_docs)
     raw_docs = (encode_documents(tokenizer, raw_code(max_chars=4 * s.seq_len), s.seq_len, aligned)
@@ -161,29 +170,48 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
                                             "README.md": work / "README.md"}, encoding=s.encoding)
 
 
+def held_out_ids(ids: list[str], n: int, seed: int) -> set[str]:
+    """The `n` teacher documents (by prompt id) kept out of training for validation: those whose keyed hash
+    (BLAKE2b of `seed` and the id) is smallest.
+
+    Why not the first n of a shuffle: that choice changes with the number of documents, so training further on
+    more teacher text (student.init_from with a larger teacher.n_prompts) would validate on documents the
+    starting checkpoint was trained on. The invariant: for the same seed, an id trained on among some rows is
+    never held out among more (the n smallest hashes of a superset are each smaller than the n-th of the subset);
+    the held-out set changes only by new ids taking the places of old ones."""
+    def key(i: str) -> bytes:
+        return hashlib.blake2b(f"{seed}\0{i}".encode(), digest_size=8).digest()
+
+    return set(sorted(ids, key=key)[:n])
+
+
+def outside_mass(rows: list[dict]) -> float:
+    """Mean teacher probability mass outside the recorded top-k, over every recorded position of `rows`."""
+    rest = sum(float((1 - r["dist"]["top_logp"].float().exp().sum(-1)).clamp(min=0).sum()) for r in rows)
+    return rest / max(sum(len(r["dist"]["ids"]) for r in rows), 1)
+
+
 def _documents(rows: list[dict], tokenizer, aligned, seq_len: int, distill: Distill):
-    """(draft documents, their soft targets or None, mean teacher mass outside the recorded top-k or None).
+    """(draft documents, their soft targets or None).
 
     Text only: prompt + completion encoded as the drafter reads text. With recorded distributions (always when
     distilling): the prompt encoded, then the target's generated ids written in the aligned encoding, with
     the distributions mapped onto draft ids at the positions that predict them (xvocab.drafter.distill)."""
     if not distill.weight and not (aligned is not None and rows and "dist" in rows[0]):
-        return encode_documents(tokenizer, [r["prompt"] + r["completion"] for r in rows], seq_len, aligned), None, None
+        return encode_documents(tokenizer, [r["prompt"] + r["completion"] for r in rows], seq_len, aligned), None
     if aligned is None:
         raise ConfigError("student.distill_weight > 0 needs student.encoding=aligned: the target's distributions are "
                           "mapped onto draft positions that each stand for one target token")
     first_piece = first_piece_map(aligned)
-    docs, soft, rest, n = [], [], 0.0, 0
+    docs, soft = [], []
     for r in rows:
         d = r["dist"]
         ids, targets = document(prompt_ids(tokenizer, r["prompt"], aligned), d["ids"].tolist(), d["top_ids"],
                                 d["top_logp"], aligned, first_piece, seq_len)
-        rest += float((1 - d["top_logp"].float().exp().sum(-1)).clamp(min=0).sum())
-        n += len(d["ids"])
         if len(ids) > 1:
             docs.append(ids)
             soft.append(targets)
-    return docs, soft, rest / max(n, 1)
+    return docs, soft
 
 
 def _initial(init_from: str, draft_tokenizer: str, encoding: str, shape: StudentShape, grow: bool = False):
