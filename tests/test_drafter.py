@@ -314,6 +314,12 @@ def test_train_drafter_command_resumes_and_refuses_other_settings(tmp_path):
     other = [c.replace("encoding=aligned", "encoding=native") for c in cmd] + ["stage=student"]
     proc = subprocess.run(other, cwd=root, capture_output=True, text=True, timeout=600)
     assert proc.returncode != 0 and "other settings {'encoding': ('aligned', 'native')}" in proc.stderr
+    # A student begun before held-out documents were chosen by id hash is not resumed under the new split.
+    config = tmp_path / "work" / "students" / "tiny-drafter" / "config.json"
+    stored = json.loads(config.read_text())
+    config.write_text(json.dumps({k: v for k, v in stored.items() if k != "holdout_rule"}))
+    proc = subprocess.run(cmd + ["stage=student"], cwd=root, capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0 and "'holdout_rule': ('first-of-shuffle', 'id-hash')" in proc.stderr
 
 
 def test_micro_batches_give_the_whole_batch_gradient():

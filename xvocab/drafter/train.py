@@ -130,7 +130,8 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
              else build_student(tokenizer, shape, seed=cfg.seed)).to(device)
     work = Path(cfg.work_dir) / "students" / cfg.name
     work.mkdir(parents=True, exist_ok=True)
-    _check_resume(work / "config.json", {"student": dict(s), "draft_tokenizer": cfg.draft_tokenizer})
+    _check_resume(work / "config.json", {"student": dict(s), "draft_tokenizer": cfg.draft_tokenizer,
+                                         "holdout_rule": HOLDOUT_RULE})
     autocast = device.startswith("cuda") or has_amx()
     n_params = sum(p.numel() for p in model.parameters())
     print(f"student {cfg.name}: {n_params / 1e6:.2f}M parameters, vocabulary {len(tokenizer)}, {s.encoding} encoding; "
@@ -168,6 +169,9 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
     return save_student(model, tokenizer, cfg.out_dir, tokenizer_name=cfg.draft_tokenizer, dtype=s.save_dtype,
                         extra=extra, files={"train_log.jsonl": work / "train_log.jsonl", "loss.png": work / "loss.png",
                                             "README.md": work / "README.md"}, encoding=s.encoding)
+
+
+HOLDOUT_RULE = "id-hash"  # recorded with each student run: resuming one split another way is refused
 
 
 def held_out_ids(ids: list[str], n: int, seed: int) -> set[str]:
@@ -251,6 +255,8 @@ def _check_resume(path: Path, settings: dict) -> None:
         old = {k: v for k, v in stored.get("student", {}).items() if k not in _RESUMABLE}
         new = {k: v for k, v in settings["student"].items() if k not in _RESUMABLE}
         old["draft_tokenizer"], new["draft_tokenizer"] = stored.get("draft_tokenizer"), settings["draft_tokenizer"]
+        # Runs made before held_out_ids held out the first documents of a shuffle: resuming one would move them.
+        old["holdout_rule"], new["holdout_rule"] = stored.get("holdout_rule", "first-of-shuffle"), settings["holdout_rule"]
         old.setdefault("encoding", "native")  # runs made before these settings existed
         old.setdefault("onpolicy", False)
         old.setdefault("next_token", "text")
