@@ -83,8 +83,9 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
     recorded = meta_path.exists() and json.loads(meta_path.read_text()).get("top_k", 0) > 0
     # Recorded distributions are read whenever there are some and the draft is aligned: a run without the
     # divergence (weight 0) then trains on the same token sequences and still logs the held-out divergences.
+    distributions = distill.weight > 0 or (recorded and s.encoding == "aligned")
     rows = read_teacher_text(teacher_dir, max_shards=math.ceil(cfg.teacher.n_prompts / cfg.teacher.batch_size),
-                             distributions=distill.weight > 0 or (recorded and s.encoding == "aligned"))
+                             distributions=distributions)
     if not rows:
         raise ConfigError(f"no teacher text under {teacher_dir}; run the teacher stage first (stage=teacher or all)")
     tokenizer = zoo.tokenizer(cfg.draft_tokenizer)
@@ -97,13 +98,12 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
                           f"train on; generate more teacher text (teacher.n_prompts) or hold out fewer")
     random.Random(cfg.seed).shuffle(rows)  # the order training draws documents in
     held = held_out_ids([r["id"] for r in rows], s.holdout, cfg.seed)
-    holdout, holdout_soft = _documents([r for r in rows if r["id"] in held], tokenizer, aligned, s.seq_len, distill)
+    holdout, holdout_soft = _documents([r for r in rows if r["id"] in held], tokenizer, aligned, s.seq_len,
+                                       distributions)
     train_docs, train_soft = _documents([r for r in rows if r["id"] not in held], tokenizer, aligned, s.seq_len,
-                                        distill)
-    if train_soft is not None:
-        holdout_soft = holdout_soft or []  # no held-out rows: an empty list, not the text-only None
-    soft = None if train_soft is None else holdout_soft + train_soft
-    rest = outside_mass(rows) if soft is not None else None
+                                        distributions)
+    soft = holdout_soft + train_soft if distributions else None
+    rest = outside_mass(rows) if distributions else None
     if next_token != "text" and soft is None:  # before any model is built or directory written
         raise ConfigError(f"student.next_token={next_token} reads the target's recorded distributions: record them "
                           f"(teacher.top_k > 0) and use student.encoding=aligned, or set student.next_token=text")
@@ -119,7 +119,7 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
         if not on_rows:
             raise ConfigError(f"no on-policy shards under {o.dir}; run stage=onpolicy first")
         onpolicy_meta = json.loads((Path(o.dir) / "meta.json").read_text())
-        on_docs, on_soft = _documents(on_rows, tokenizer, aligned, s.seq_len, distill)
+        on_docs, on_soft = _documents(on_rows, tokenizer, aligned, s.seq_len, distributions=True)
         on_soft = [dict(x, next_token=False) for x in on_soft]  # the drafter's text: its divergence, not its tokens
         train_docs, train_soft, n_onpolicy = train_docs + on_docs, train_soft + on_soft, len(on_docs)
     raw_docs = (encode_documents(tokenizer, raw_code(max_chars=4 * s.seq_len), s.seq_len, aligned)
@@ -195,13 +195,15 @@ def outside_mass(rows: list[dict]) -> float:
     return rest / max(sum(len(r["dist"]["ids"]) for r in rows), 1)
 
 
-def _documents(rows: list[dict], tokenizer, aligned, seq_len: int, distill: Distill):
+def _documents(rows: list[dict], tokenizer, aligned, seq_len: int, distributions: bool):
     """(draft documents, their soft targets or None).
 
-    Text only: prompt + completion encoded as the drafter reads text. With recorded distributions (always when
-    distilling): the prompt encoded, then the target's generated ids written in the aligned encoding, with
-    the distributions mapped onto draft ids at the positions that predict them (xvocab.drafter.distill)."""
-    if not distill.weight and not (aligned is not None and rows and "dist" in rows[0]):
+    Text only (`distributions` false): prompt + completion encoded as the drafter reads text, no soft targets.
+    With the rows' recorded distributions (always when distilling): the prompt encoded, then the target's
+    generated ids written in the aligned encoding, with the distributions mapped onto draft ids at the positions
+    that predict them (xvocab.drafter.distill). The caller decides which, so an empty `rows` gives ([], []) or
+    ([], None) like any other."""
+    if not distributions:
         return encode_documents(tokenizer, [r["prompt"] + r["completion"] for r in rows], seq_len, aligned), None
     if aligned is None:
         raise ConfigError("student.distill_weight > 0 needs student.encoding=aligned: the target's distributions are "
