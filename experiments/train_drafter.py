@@ -1,7 +1,8 @@
 """`python -m experiments.train_drafter target=gemma-3-270m draft_tokenizer=deepseek-coder`: distil a drafter.
 
 Runs xvocab.drafter's stages with the settings of conf/train_drafter.yaml: the target continues
-standard-library code prompts (teacher text, resumable shards), then a small Llama-architecture
+standard-library code prompts (or, with teacher.prompts=pypi, prompts from pinned PyPI packages into
+another teacher.dir) (teacher text, resumable shards), then a small Llama-architecture
 student with the chosen tokenizer is trained on that text (resumable checkpoints) and saved as a
 Hugging Face checkpoint at `out_dir`, with its training log and loss curve beside it. The optional
 `onpolicy` stage has a drafter continue the same prompts and the target score its text
@@ -10,6 +11,8 @@ Hugging Face checkpoint at `out_dir`, with its training log and loss curve besid
     python -m experiments.train_drafter stage=teacher teacher.time_budget_s=1800   # data only, 30 min
     python -m experiments.train_drafter draft_tokenizer=llama-spm student.steps=2000
     python -m experiments.train_drafter stage=onpolicy onpolicy.drafter=gemma-3-270m-drafter-deepseek-coder-aligned
+    python -m experiments.train_drafter stage=teacher teacher.prompts=pypi teacher.dir=runs/drafter/gemma-3-270m/teacher_pypi
+    python -m experiments.train_drafter stage=student student.extra_teacher=[runs/drafter/gemma-3-270m/teacher_pypi]
 """
 from __future__ import annotations
 
@@ -25,9 +28,11 @@ from xvocab import zoo
 from xvocab.alignment.aligned import draft_codec, model_encoding
 from xvocab.drafter import code_prompts, generate_teacher_text
 from xvocab.drafter.onpolicy import generate_onpolicy_data
+from xvocab.drafter.prompts import check_source
 from xvocab.drafter.teacher import length_buckets
 from xvocab.drafter.train import has_amx
 from xvocab.packed_linear import packed_linears
+from xvocab.zoo.assets import CODE_PACKAGES
 from xvocab.errors import ConfigError
 
 CONF = str(Path(__file__).resolve().parent.parent / "conf")
@@ -35,9 +40,10 @@ STAGES = ("teacher", "onpolicy", "student", "all")  # all: teacher then student
 
 
 def stage_prompts(cfg: DictConfig, n_prompts: int) -> list[dict]:
-    """The first `n_prompts` standard-library prompts, in the order the teacher stage cuts them into shards."""
+    """The first `n_prompts` prompts of teacher.prompts, in the order the teacher stage cuts them into shards."""
     entry_points = {row["entry_point"] for row in zoo.dataset("humaneval")}
-    prompts = code_prompts(seed=cfg.seed, exclude_names=entry_points, max_chars=cfg.teacher.max_prompt_chars)
+    prompts = code_prompts(seed=cfg.seed, exclude_names=entry_points, max_chars=cfg.teacher.max_prompt_chars,
+                           source=cfg.teacher.prompts)
     # Bucketed before the cut, so a smaller n_prompts gives the same first batches (a prefix of the shards).
     return length_buckets(prompts, window=8 * cfg.teacher.batch_size)[:n_prompts]  # less padding per batch
 
@@ -47,15 +53,24 @@ def target_dtype(cfg: DictConfig, device: str) -> str:
     return t.dtype if t.dtype != "auto" else ("bfloat16" if device.startswith("cuda") or has_amx() else "float32")
 
 
+def prompt_source(cfg: DictConfig) -> str:
+    """What the shards' meta.json says the prompts are: "python-stdlib" (as before sources were named) or the
+    pinned packages they were cut from."""
+    source = check_source(cfg.teacher.prompts)
+    if source == "stdlib":
+        return "python-stdlib"
+    return "pypi: " + ", ".join(f"{p.name}=={p.version}" for p in CODE_PACKAGES.values())
+
+
 def teacher_stage(cfg: DictConfig, device: str) -> Path:
     t = cfg.teacher
     prompts = stage_prompts(cfg, t.n_prompts)
     dtype = target_dtype(cfg, device)
     target, tokenizer = load_model(cfg.target, dtype, device, None)
-    meta = {"target": cfg.target, "prompts": "python-stdlib", "python": platform.python_version(),
+    meta = {"target": cfg.target, "prompts": prompt_source(cfg), "python": platform.python_version(),
             "max_prompt_chars": t.max_prompt_chars, "dtype": dtype, "order": "length-bucketed x8"}
     with packed_linears(target):  # float32 on a CPU: oneDNN-packed weights, 1.5x faster steps (xvocab.packed_linear)
-        return generate_teacher_text(target, tokenizer, prompts, Path(cfg.work_dir) / "teacher",
+        return generate_teacher_text(target, tokenizer, prompts, cfg.teacher.dir,
                                      batch_size=t.batch_size, max_new_tokens=t.max_new_tokens,
                                      sample_fraction=t.sample_fraction, temperature=t.temperature, seed=cfg.seed,
                                      meta=meta, time_budget_s=t.time_budget_s, top_k=t.top_k)
@@ -73,7 +88,7 @@ def onpolicy_stage(cfg: DictConfig, device: str) -> Path:
     dtype = target_dtype(cfg, device)
     target, tokenizer = load_model(cfg.target, dtype, device, None)
     aligned = draft_codec(tokenizer, draft_tokenizer, "aligned")
-    meta = {"target": cfg.target, "drafter": str(o.drafter), "prompts": "python-stdlib", "dtype": dtype,
+    meta = {"target": cfg.target, "drafter": str(o.drafter), "prompts": prompt_source(cfg), "dtype": dtype,
             "python": platform.python_version(), "max_prompt_chars": cfg.teacher.max_prompt_chars,
             "order": "length-bucketed x8"}
     with packed_linears(target):

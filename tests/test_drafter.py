@@ -35,6 +35,26 @@ def test_prompts_are_humaneval_style_deterministic_and_exclude_the_evaluation_se
     assert some not in {r["id"].rsplit(":", 1)[1] for r in code_prompts(seed=0, exclude_names={some}, max_chars=1200)}
 
 
+def test_pypi_prompts_are_humaneval_style_pinned_and_disjoint_from_the_standard_librarys():
+    """The second prompt source: real functions of the pinned wheels, HumanEval-shaped, most with examples,
+    none named like a HumanEval entry point, and no id shared with the standard library's."""
+    names = {row["entry_point"] for row in zoo.dataset("humaneval")}
+    a = code_prompts(seed=0, exclude_names=names, max_chars=1200, source="pypi")
+    assert a == code_prompts(seed=0, exclude_names=names, max_chars=1200, source="pypi") and len(a) > 2000
+    packages = {r["id"].split("/")[1] for r in a}
+    assert {"algorithms-1.0.1", "pydash-8.1.0", "more-itertools-11.2.1", "toolz-1.2.0"} <= packages
+    assert sum(">>>" in r["prompt"] for r in a) > len(a) / 3  # the doctest examples HumanEval's prompts have
+    assert {r["id"].rsplit(":", 1)[1] for r in a}.isdisjoint(names)
+    assert all("/tests/" not in r["id"] and "/test/" not in r["id"] for r in a)
+    stdlib = code_prompts(seed=0, exclude_names=names, max_chars=1200)
+    assert {r["id"] for r in a}.isdisjoint(r["id"] for r in stdlib)
+    for r in a[:200]:
+        fn = ast.parse(r["prompt"] + "    pass\n").body[0]
+        assert isinstance(fn.body[0].value.value, str) and isinstance(fn.body[1], ast.Pass) and len(fn.body) == 2
+    with pytest.raises(ConfigError, match="stdlib, pypi"):
+        code_prompts(seed=0, exclude_names=names, max_chars=1200, source="github")
+
+
 @pytest.fixture(scope="module")
 def tiny_target():
     tok = zoo.tokenizer("llama-spm")
@@ -273,11 +293,19 @@ def test_train_drafter_command_end_to_end_on_a_tiny_target(tmp_path):
                                  "onpolicy.max_new_tokens=5"], cwd=root, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert len(read_teacher_text(tmp_path / "work" / "onpolicy", distributions=True)) == 3
-    proc = subprocess.run(distill + ["student.onpolicy=true", "onpolicy.n_prompts=3",
+    # Teacher text from the second prompt source, in its own directory, joins the training documents.
+    pypi = tmp_path / "work" / "teacher_pypi"
+    proc = subprocess.run(cmd + ["stage=teacher", "teacher.prompts=pypi", f"teacher.dir={pypi}", "teacher.n_prompts=3"],
+                          cwd=root, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert all(r["id"].startswith("pypi/") for r in read_teacher_text(pypi))
+    proc = subprocess.run(distill + ["student.onpolicy=true", "onpolicy.n_prompts=3", f"student.extra_teacher=['{pypi}']",
                                      "student.next_token=target_argmax"], cwd=root, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     record = json.loads((out2 / "xvocab_training.json").read_text())
+    assert record["extra_teacher"][0]["documents"] == 3 and record["extra_teacher"][0]["meta"]["prompts"].startswith("pypi")
+    assert record["teacher_meta"]["prompts"] == "python-stdlib" and "teacher continuations" in (out2 / "README.md").read_text()
     assert record["init_from"] == str(out) and record["distill"]["loss"] == "tli" and record["shape"]["layers"] == 2
     assert record["onpolicy"]["documents"] == 3 and record["onpolicy"]["meta"]["drafter"] == str(out)
     assert "On-policy data" in (out2 / "README.md").read_text()
@@ -320,6 +348,11 @@ def test_train_drafter_command_resumes_and_refuses_other_settings(tmp_path):
     config.write_text(json.dumps({k: v for k, v in stored.items() if k != "holdout_rule"}))
     proc = subprocess.run(cmd + ["stage=student"], cwd=root, capture_output=True, text=True, timeout=600)
     assert proc.returncode != 0 and "'holdout_rule': ('first-of-shuffle', 'id-hash')" in proc.stderr
+    # Extra teacher text that repeats the held-out prompts (here: the same directory) would leak them: refused.
+    proc = subprocess.run([c.replace("name=tiny-drafter", "name=tiny-extra") for c in cmd]
+                          + ["stage=student", f"student.extra_teacher=['{tmp_path / 'work' / 'teacher'}']"],
+                          cwd=root, capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0 and "repeats 2 held-out prompts" in proc.stderr
 
 
 def test_micro_batches_give_the_whole_batch_gradient():

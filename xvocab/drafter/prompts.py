@@ -1,7 +1,11 @@
-"""HumanEval-style code prompts and raw code text from the Python standard library.
+"""HumanEval-style code prompts and raw code text from the Python standard library and pinned PyPI packages.
 
 Why the standard library: it ships with every interpreter, so a fresh offline machine can rebuild
 the same training data; it is real, idiomatic Python with docstrings, the domain of HumanEval.
+Why a second source (`source="pypi"`): the standard library holds about 5,900 documented functions, and
+its docstrings rarely show examples; small utility packages (algorithms, pydash, more-itertools, toolz,
+boltons, funcy, networkx; pinned by version and sha256 in xvocab.zoo.assets.CODE_PACKAGES) add about 2,800
+more, most with `>>>` examples as HumanEval's prompts have. They are read from the verified wheels.
 
 A prompt is what HumanEval gives a model: a function's signature and docstring, dedented, ending
 in a newline, e.g.
@@ -11,7 +15,7 @@ in a newline, e.g.
 
 The invariant: no prompt defines a function named like a HumanEval entry point, so the drafter is
 never trained on the evaluation prompts (the text of the two sets is disjoint, and the names are
-too). Order is deterministic for a given interpreter version and seed.
+too). Order is deterministic for a given source (interpreter version or package versions) and seed.
 """
 from __future__ import annotations
 
@@ -19,6 +23,8 @@ import ast
 import random
 import sysconfig
 import textwrap
+import zipfile
+from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
 
@@ -51,33 +57,69 @@ def _prompt_of(lines: list[str], node: ast.FunctionDef | ast.AsyncFunctionDef) -
     return textwrap.dedent(text).rstrip() + "\n"
 
 
-@lru_cache(maxsize=1)
-def _documented_functions() -> tuple[tuple[str, str, str], ...]:
-    """(id, name, prompt) of every documented standard-library function, in file and source order.
-    Parsing the standard library takes seconds, so it is done once per process."""
-    out = []
+def stdlib_sources() -> Iterator[tuple[str, str]]:
+    """(path relative to the standard library, source) of every parseable standard-library file."""
     root = Path(sysconfig.get_paths()["stdlib"])
     for path in stdlib_files():
-        parsed = _parse(path)
-        if parsed is None:
+        try:
+            yield str(path.relative_to(root)), path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, ValueError):
             continue
-        source, tree = parsed
-        lines = source.splitlines(keepends=True)
+
+
+def pypi_sources() -> Iterator[tuple[str, str]]:
+    """("pypi/NAME-VERSION/member", source) of every .py file in the CODE_PACKAGES wheels, tests excluded,
+    sorted within each package. Fetches a missing wheel (verified by sha256) on first use."""
+    from xvocab.zoo.assets import CODE_PACKAGES
+    from xvocab.zoo.cache import fetch
+
+    for pkg in CODE_PACKAGES.values():
+        with zipfile.ZipFile(fetch(pkg)) as zf:
+            for member in sorted(zf.namelist()):
+                if member.endswith(".py") and not (_SKIP_DIRS & set(member.split("/")[:-1])):
+                    try:
+                        yield f"pypi/{pkg.name}-{pkg.version}/{member}", zf.read(member).decode("utf-8")
+                    except UnicodeDecodeError:
+                        continue
+
+
+SOURCES = {"stdlib": stdlib_sources, "pypi": pypi_sources}
+
+
+def check_source(source: str) -> str:
+    if source not in SOURCES:
+        from xvocab.errors import ConfigError
+
+        raise ConfigError(f"prompt source {source!r} is unknown; choose one of {', '.join(SOURCES)}")
+    return source
+
+
+@lru_cache(maxsize=None)
+def _documented_functions(source: str = "stdlib") -> tuple[tuple[str, str, str], ...]:
+    """(id, name, prompt) of every documented function of `source`, in file and source order; the id is
+    "path:line:name". Parsing takes seconds, so it is done once per process and source."""
+    out = []
+    for rel, text in SOURCES[check_source(source)]():
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError):
+            continue
+        lines = text.splitlines(keepends=True)
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 prompt = _prompt_of(lines, node)
                 if prompt:
-                    out.append((f"{path.relative_to(root)}:{node.lineno}:{node.name}", node.name, prompt))
+                    out.append((f"{rel}:{node.lineno}:{node.name}", node.name, prompt))
     return tuple(out)
 
 
-def code_prompts(*, seed: int, exclude_names: set[str], max_chars: int) -> list[dict]:
-    """[{id, prompt}] for every documented standard-library function, shuffled by `seed`.
+def code_prompts(*, seed: int, exclude_names: set[str], max_chars: int, source: str = "stdlib") -> list[dict]:
+    """[{id, prompt}] for every documented function of `source` ("stdlib" or "pypi"), shuffled by `seed`.
 
     `exclude_names`: function names never to use (the evaluation set's entry points);
     `max_chars`: longer prompts are dropped (very long docstrings are not HumanEval-like).
     """
-    rows = [{"id": id_, "prompt": prompt} for id_, name, prompt in _documented_functions()
+    rows = [{"id": id_, "prompt": prompt} for id_, name, prompt in _documented_functions(source)
             if name not in exclude_names and len(prompt) <= max_chars]
     random.Random(seed).shuffle(rows)
     return rows

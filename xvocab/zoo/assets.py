@@ -36,6 +36,26 @@ PACKAGES: dict[str, Package] = {
                           "b4e2844c8655a2db4780f6092834cb6ab15c130c56ba0516b15028ccc413dbce"),
 }
 
+# Pure-Python packages whose documented functions are a second source of HumanEval-style drafter prompts
+# (xvocab.drafter.prompts, teacher.prompts=pypi): small utilities, most with doctest examples. Read straight
+# from the verified wheels (no unpacking, nothing installed).
+CODE_PACKAGES: dict[str, Package] = {
+    "algorithms": Package("algorithms", "1.0.1", "algorithms-1.0.1-py3-none-any.whl",
+                          "f45568f40011b264195e7879ef42b043ea1be744479e7b3292a895edef167f64"),
+    "pydash": Package("pydash", "8.1.0", "pydash-8.1.0-py3-none-any.whl",
+                      "61df790f303288df7da3a766c3ca6ea5a8f3ec882b28712bac8d13573dbaba97"),
+    "more-itertools": Package("more-itertools", "11.2.1", "more_itertools-11.2.1-py3-none-any.whl",
+                              "35a7377edd1dd6608dcb2cdf534ded55ea32d49448875ad042cd3f879fb1ded0"),
+    "toolz": Package("toolz", "1.2.0", "toolz-1.2.0-py3-none-any.whl",
+                     "890f820b1cb8152785aaf9386d8707770110809035800985ca65cb24ce1120ef"),
+    "boltons": Package("boltons", "26.2.0", "boltons-26.2.0-py3-none-any.whl",
+                       "41942cbce440211bbcf2487ccdc356964ad674f95a01068b8a0dd7a1d1fed036"),
+    "funcy": Package("funcy", "2.1", "funcy-2.1-py3-none-any.whl",
+                     "290794186530c944f7e444d2e28b98f33a55685f2bfb9b7a61dac564decab8f8"),
+    "networkx": Package("networkx", "3.6.1", "networkx-3.6.1-py3-none-any.whl",
+                        "d47fbf302e7d9cbbb9e2555a0d267983d2aa476bac30e90dfbe5669bd57f3762"),
+}
+
 # Which members of each package the zoo needs (glob patterns on archive paths).
 _MEMBERS: dict[str, tuple[str, ...]] = {
     "llama-cpp": ("*/vendor/llama.cpp/models/ggml-vocab-*",),
