@@ -41,11 +41,14 @@ from xvocab.sampling import SamplingParams, logits_to_probs
 
 @torch.inference_mode()
 def expected_acceptance(prompt: str, models, params: SamplingParams, max_new_tokens: int, seed: int,
-                        draft_temperatures: tuple = (None,), tokens: list[int] | None = None) -> dict:
+                        draft_temperatures: tuple = (None,), tokens: list[int] | None = None,
+                        draft_top_ps: tuple = ()) -> dict:
     """{tokens, alphas}: the target's continuation and alpha_i at each of its positions (None: skipped), and
     `by_draft_temperature` {t: alphas} when the draft proposes at each of `draft_temperatures` (None: the
     target's; 0: greedy, whose alpha is p of the draft's argmax: exact-match verification). `tokens`: score
-    this continuation (target ids, e.g. what an engine run emitted) instead of generating one."""
+    this continuation (target ids, e.g. what an engine run emitted) instead of generating one.
+    `draft_top_ps`: also the draft proposing at each positive draft temperature with each of these nucleus
+    cuts (its own, not the target's), keyed "t/top_p" in the same dicts: a lossless reshaping of q."""
     target, tt, draft, dt = models
     pair = prepare(target, tt, draft, dt)
     tli, vocab = pair.tables.tli, output_vocab(target)
@@ -56,8 +59,11 @@ def expected_acceptance(prompt: str, models, params: SamplingParams, max_new_tok
     t_dec, d_dec = Decoder(target), Decoder(draft)
     t_prompt, d_prompt = pair.target_prompt(prompt), pair.draft_prompt(prompt)
     spelled = pair.target_codec.token_bytes
-    by = {t: [] for t in draft_temperatures}
-    slem = {(t, c): [] for t in draft_temperatures for c in ("none", "gumbel")}  # exact match, per coupling
+    settings = {t: draft_params(params, t) for t in draft_temperatures}  # key -> the draft's sampling
+    settings |= {f"{t}/{top_p}": SamplingParams(t, params.top_k, top_p) for t in draft_temperatures
+                 if t and not params.greedy for top_p in draft_top_ps}
+    by = {t: [] for t in settings}
+    slem = {(t, c): [] for t in settings for c in ("none", "gumbel")}  # exact match, per coupling
     done = b""
     for i, token in enumerate(tokens):
         try:
@@ -72,7 +78,7 @@ def expected_acceptance(prompt: str, models, params: SamplingParams, max_new_tok
             d_ids = d_prompt + (pair.draft_codec.encode_continuation(text) if text else [])
             logits = tli.restrict(d_dec.step(d_ids)[-1])                                          # [V_draft]
             for t, alphas in by.items():
-                d_params = draft_params(params, t)
+                d_params = settings[t]
                 if d_params.greedy:
                     alphas.append(float(p[tli.to_target_host[int(logits.argmax())]]))
                     slem[t, "none"].append(alphas[-1])
@@ -100,6 +106,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--top-p", type=float, default=defaults.TOP_P)
     parser.add_argument("--draft-temperatures", type=float, nargs="*", default=[],
                         help="also score the draft proposing at these temperatures (0: greedy drafting)")
+    parser.add_argument("--draft-top-ps", type=float, nargs="*", default=[],
+                        help="also score the draft proposing at each --draft-temperatures value with these nucleus cuts")
     parser.add_argument("--threads", type=int, default=defaults.THREADS)
     parser.add_argument("--out", type=Path, default=Path("runs/acceptance"))
     args = parser.parse_args(argv)
@@ -109,7 +117,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     rows, env = [], records.environment()
     for index, row in enumerate(tqdm(datasets.load(args.dataset, args.prompts), desc="prompts", unit="prompt")):
         result = expected_acceptance(row["prompt"], models, params, args.max_new_tokens, seed=index,
-                                     draft_temperatures=(None, *args.draft_temperatures))
+                                     draft_temperatures=(None, *args.draft_temperatures),
+                                     draft_top_ps=tuple(args.draft_top_ps))
         kept = [a for a in result["alphas"] if a is not None]
         rec = {"target": args.pair[0], "draft": args.pair[1], "dataset": args.dataset, "prompt_id": row["id"],
                "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p,
@@ -128,8 +137,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     def mean(key: str, t) -> float:
         return statistics.fmean(a for r in rows for a in r[key][t] if a is not None)
 
-    for t in (None, *args.draft_temperatures):
-        print(f"  draft proposing at T={args.temperature if t is None else t}: TLI {mean('by_draft_temperature', str(t)):.3f}"
+    for t in rows[0]["by_draft_temperature"]:
+        print(f"  draft proposing at T={args.temperature if t == 'None' else t}: TLI {mean('by_draft_temperature', str(t)):.3f}"
               f", SLEM independent {mean('slem_by_draft_temperature', f'{t}/none'):.3f}"
               f", SLEM coupled {mean('slem_by_draft_temperature', f'{t}/gumbel'):.3f}")
     return rows

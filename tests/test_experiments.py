@@ -357,3 +357,9 @@ def test_expected_acceptance_tells_a_mirror_from_a_stranger():
         other = expected_acceptance("def fibonacci(n):", (target, tt, mirror, dt), params, 12, seed=0,
                                     tokens=b["tokens"][:6][::-1])
         assert other["tokens"] == b["tokens"][:6][::-1] and len(other["alphas"]) == 6
+    # A draft-side nucleus cut reshapes q: 1.0 changes nothing, a tiny one leaves the draft's argmax alone, whose
+    # acceptance is greedy drafting's; 0.9 changes it (the control that the cut is applied).
+    cut = expected_acceptance("def fibonacci(n):", (target, tt, stranger, dt), SamplingParams(1.0), 12, seed=0,
+                              draft_temperatures=(0.0, 0.7), draft_top_ps=(1.0, 0.9, 1e-6))["by_draft_temperature"]
+    assert cut["0.7/1.0"] == cut["0.7"] and cut["0.7/1e-06"] == cut["0.0"]
+    assert cut["0.7/0.9"] != cut["0.7"] and "0.0/0.9" not in cut
