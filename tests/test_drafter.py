@@ -371,7 +371,7 @@ def test_micro_batches_give_the_whole_batch_gradient():
     assert torch.allclose(grads[0], grads[1], atol=1e-6, rtol=1e-4)
 
 
-SHIPPED = "gemma-3-270m-drafter-deepseek-coder-aligned-v3"  # the default (xvocab.defaults.DRAFT)
+SHIPPED = "gemma-3-270m-drafter-deepseek-coder-aligned-v4"  # the default (xvocab.defaults.DRAFT)
 
 
 def test_shipped_drafter_is_small_whole_and_lossless_on_humaneval():
