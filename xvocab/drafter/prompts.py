@@ -28,6 +28,8 @@ from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
 
+from xvocab.errors import ConfigError
+
 # Directories of the standard library that are not ordinary library code (or are huge test data).
 _SKIP_DIRS = {"site-packages", "dist-packages", "test", "tests", "idlelib", "lib2to3", "turtledemo",
               "__pycache__", "ensurepip", "venv", "pydoc_data", "encodings"}
@@ -87,9 +89,8 @@ SOURCES = {"stdlib": stdlib_sources, "pypi": pypi_sources}
 
 
 def check_source(source: str) -> str:
+    """`source` if it names a prompt source, else a ConfigError listing them."""
     if source not in SOURCES:
-        from xvocab.errors import ConfigError
-
         raise ConfigError(f"prompt source {source!r} is unknown; choose one of {', '.join(SOURCES)}")
     return source
 

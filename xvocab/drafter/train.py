@@ -110,7 +110,7 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
         if not more or meta.get("target") != json.loads(meta_path.read_text()).get("target"):
             raise ConfigError(f"student.extra_teacher: {directory} holds "
                               + (f"text by {meta.get('target')}, not by this teacher's target" if more
-                                 else "no teacher shards") + "; name a directory the teacher stage wrote for cfg.target")
+                                 else "no teacher shards") + f"; name a directory the teacher stage wrote for {cfg.target}")
         held_more = {r["id"] for r in more} & held
         if held_more:  # ids are source paths: the same prompt in both would leak a held-out document
             raise ConfigError(f"student.extra_teacher: {directory} repeats {len(held_more)} held-out prompts of "
@@ -302,7 +302,7 @@ Llama architecture, {shape['layers']} layers, width {shape['hidden']}, {extra['p
 vocabulary of the `{extra['draft_tokenizer']}` tokenizer (tied embeddings). Not a general language model.
 
 {_distill_words(extra)}Trained by sequence-level distillation: `{extra['target']}` ({teacher['dtype']}) continued
-{extra['teacher_documents']} HumanEval-style prompts cut from the Python {teacher['python']} standard library
+{extra['teacher_documents']} HumanEval-style prompts cut from {_prompt_words(teacher)}
 (HumanEval's own prompts and entry points excluded), greedy and sampled at T={teacher['temperature']}; the student
 learned that text written in its own vocabulary, {_ENCODING_WORDS[extra['student_config'].get('encoding', 'native')]},
 mixed with raw standard-library source
@@ -313,6 +313,12 @@ Reproduce: `{extra['command']}` (settings in conf/train_drafter.yaml; `xvocab_tr
 Use: `xvocab.load_pair("{extra['target']}", "{name}")`, or `pair=gemma_drafter` in experiments.
 Loss curve: `loss.png`; per-step log: `train_log.jsonl`.
 """
+
+
+def _prompt_words(teacher_meta: dict) -> str:
+    """Where the teacher's prompts came from, for the model card."""
+    source = teacher_meta.get("prompts", "python-stdlib")
+    return f"the Python {teacher_meta.get('python')} standard library" if source == "python-stdlib" else source
 
 
 def _distill_words(extra: dict) -> str:
