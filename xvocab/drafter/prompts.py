@@ -42,11 +42,11 @@ def stdlib_files() -> list[Path]:
     return sorted(files)
 
 
-def _parse(path: Path) -> tuple[str, ast.Module] | None:
+def _tree(source: str) -> ast.Module | None:
+    """The parsed module, or None for source this interpreter cannot parse."""
     try:
-        source = path.read_text(encoding="utf-8")
-        return source, ast.parse(source)
-    except (SyntaxError, UnicodeDecodeError, ValueError):
+        return ast.parse(source)
+    except (SyntaxError, ValueError):
         return None
 
 
@@ -60,7 +60,7 @@ def _prompt_of(lines: list[str], node: ast.FunctionDef | ast.AsyncFunctionDef) -
 
 
 def stdlib_sources() -> Iterator[tuple[str, str]]:
-    """(path relative to the standard library, source) of every parseable standard-library file."""
+    """(path relative to the standard library, source) of every readable standard-library file."""
     root = Path(sysconfig.get_paths()["stdlib"])
     for path in stdlib_files():
         try:
@@ -101,9 +101,8 @@ def _documented_functions(source: str = "stdlib") -> tuple[tuple[str, str, str],
     "path:line:name". Parsing takes seconds, so it is done once per process and source."""
     out = []
     for rel, text in SOURCES[check_source(source)]():
-        try:
-            tree = ast.parse(text)
-        except (SyntaxError, ValueError):
+        tree = _tree(text)
+        if tree is None:
             continue
         lines = text.splitlines(keepends=True)
         for node in ast.walk(tree):
@@ -129,11 +128,9 @@ def code_prompts(*, seed: int, exclude_names: set[str], max_chars: int, source: 
 def raw_code(*, max_chars: int) -> list[str]:
     """Whole standard-library source files, each cut into pieces of at most `max_chars`."""
     pieces = []
-    for path in stdlib_files():
-        parsed = _parse(path)
-        if parsed is None:
+    for _, source in stdlib_sources():
+        if _tree(source) is None:
             continue
-        source = parsed[0]
         for start in range(0, len(source), max_chars):
             pieces.append(source[start:start + max_chars])
     return pieces

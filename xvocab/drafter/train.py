@@ -74,14 +74,15 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
     `target_tokenizer` (cfg.target's) sets the cuts of the training text when student.encoding is aligned."""
     s = cfg.student
     settings = _plain(s)  # what the run records and a resume compares (JSON: lists, not ListConfig)
-    teacher_dir = Path(cfg.teacher.get("dir") or Path(cfg.work_dir) / "teacher")
+    teacher_dir = Path(cfg.teacher.dir)
     distill = Distill(float(s.distill_weight), s.distill_loss)
     if distill.loss not in KINDS or not 0.0 <= distill.weight <= 1.0:
         raise ConfigError(f"student.distill_loss={distill.loss!r}, student.distill_weight={distill.weight}: "
                           f"choose the loss from {', '.join(KINDS)} and a weight in [0, 1]")
     next_token = check_next_token(s.get("next_token", "text"))
     meta_path = teacher_dir / "meta.json"
-    recorded = meta_path.exists() and json.loads(meta_path.read_text()).get("top_k", 0) > 0
+    teacher_meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    recorded = teacher_meta.get("top_k", 0) > 0
     # Recorded distributions are read whenever there are some and the draft is aligned: a run without the
     # divergence (weight 0) then trains on the same token sequences and still logs the held-out divergences.
     distributions = distill.weight > 0 or (recorded and s.encoding == "aligned")
@@ -107,7 +108,7 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
     for directory in settings.get("extra_teacher") or []:  # training only, like on-policy data
         more = read_teacher_text(directory, distributions=distributions)
         meta = json.loads((Path(directory) / "meta.json").read_text()) if more else {}
-        if not more or meta.get("target") != json.loads(meta_path.read_text()).get("target"):
+        if not more or meta.get("target") != teacher_meta.get("target"):
             raise ConfigError(f"student.extra_teacher: {directory} holds "
                               + (f"text by {meta.get('target')}, not by this teacher's target" if more
                                  else "no teacher shards") + f"; name a directory the teacher stage wrote for {cfg.target}")
@@ -172,7 +173,7 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
     val = [r["val_loss"] for r in log if "val_loss" in r]
     extra = {"target": cfg.target, "draft_tokenizer": cfg.draft_tokenizer, "shape": shape_of(model),
              "parameters": n_params, "steps_planned": s.steps, "student_config": settings, **progress,
-             "teacher_documents": len(rows), "teacher_meta": json.loads((teacher_dir / "meta.json").read_text()),
+             "teacher_documents": len(rows), "teacher_meta": teacher_meta,
              "train_tokens_available": sum(map(len, train_docs)), "raw_pieces": len(raw_docs),
              "final_val_loss": val[-1] if val else None, "init_from": s.init_from,
              "distill": {"weight": distill.weight, "loss": distill.loss, "teacher_rest_mass": rest}
@@ -355,14 +356,9 @@ _ENCODING_WORDS = {"native": "cut by its own tokenizer",
 
 def _plain(section) -> dict:
     """A config section as plain JSON-able Python (an OmegaConf section or a mapping)."""
-    try:
-        from omegaconf import DictConfig, OmegaConf
+    from omegaconf import DictConfig, OmegaConf
 
-        if isinstance(section, DictConfig):
-            return OmegaConf.to_container(section, resolve=True)
-    except ImportError:
-        pass
-    return dict(section)
+    return OmegaConf.to_container(section, resolve=True) if isinstance(section, DictConfig) else dict(section)
 
 
 def has_amx() -> bool:
