@@ -32,7 +32,7 @@ from xvocab.drafter.prompts import check_source
 from xvocab.drafter.teacher import length_buckets
 from xvocab.drafter.train import has_amx
 from xvocab.packed_linear import packed_linears
-from xvocab.zoo.assets import CODE_PACKAGES
+from xvocab.zoo.assets import CODE_PACKAGES, CODE_SOURCES
 from xvocab.errors import ConfigError
 
 CONF = str(Path(__file__).resolve().parent.parent / "conf")
@@ -59,7 +59,8 @@ def prompt_source(cfg: DictConfig) -> str:
     source = check_source(cfg.teacher.prompts)
     if source == "stdlib":
         return "python-stdlib"
-    return "pypi: " + ", ".join(f"{p.name}=={p.version}" for p in CODE_PACKAGES.values())
+    packages = (CODE_PACKAGES[key] for key in CODE_SOURCES[source])
+    return f"{source}: " + ", ".join(f"{p.name}=={p.version}" for p in packages)
 
 
 def teacher_stage(cfg: DictConfig, device: str) -> Path:

