@@ -242,6 +242,15 @@ def test_training_learns_and_resumes_bit_exactly(tmp_path):
     assert progress["step"] == 12
     for (name, a), b in zip(straight.state_dict().items(), resumed.state_dict().values()):
         assert torch.equal(a, b), name
+    # stop_at=s keeps the schedule planned for `steps`: s steps of a 12-step plan, then the rest, is the straight run;
+    # control: a plan of s steps (the learning rate decays by step s) ends elsewhere.
+    stopped, progress = _train(tok, docs, tmp_path / "c", 12, stop_at=5)
+    assert progress["step"] == 5
+    short, _ = _train(tok, docs, tmp_path / "d", 5)
+    assert any(not torch.equal(a, b) for a, b in zip(stopped.state_dict().values(), short.state_dict().values()))
+    resumed, progress = _train(tok, docs, tmp_path / "c", 12)
+    assert progress["step"] == 12
+    assert all(torch.equal(a, b) for a, b in zip(straight.state_dict().values(), resumed.state_dict().values()))
 
 
 def test_batches_mix_raw_text_at_the_configured_rate():
@@ -392,7 +401,7 @@ def test_micro_batches_give_the_whole_batch_gradient():
     assert torch.allclose(grads[0], grads[1], atol=1e-6, rtol=1e-4)
 
 
-SHIPPED = "gemma-3-270m-drafter-deepseek-coder-aligned-v4"  # the default (xvocab.defaults.DRAFT)
+SHIPPED = "gemma-3-270m-drafter-deepseek-coder-aligned-v5"  # the default (xvocab.defaults.DRAFT)
 
 
 def test_shipped_drafter_is_small_whole_and_lossless_on_humaneval():

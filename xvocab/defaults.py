@@ -23,7 +23,7 @@ BATCH_SIZE = 1          # prompts an experiment decodes together (xvocab.generat
 POLICY = False          # experiments: choose k per round from costs and acceptance (xvocab.policy)
 # The default pair: Gemma 3 270M and the drafter distilled for it, shipped in xvocab/zoo/drafters/.
 TARGET = "gemma-3-270m"
-DRAFT = "gemma-3-270m-drafter-deepseek-coder-aligned-v4"
+DRAFT = "gemma-3-270m-drafter-deepseek-coder-aligned-v5"
 
 # Run-config keys that mean the library's default when null.
 RUN_KEYS = {"k": K, "max_new_tokens": MAX_NEW_TOKENS, "temperature": TEMPERATURE, "top_k": TOP_K, "top_p": TOP_P,

@@ -283,8 +283,8 @@ def train_student(model, teacher_docs: list[list[int]], raw_docs: list[list[int]
                   weight_decay: float, raw_fraction: float, checkpoint_every: int, eval_every: int, seed: int,
                   pad_id: int, autocast: bool, micro_batches: int = 1, time_budget_s: float | None = None,
                   teacher_soft: list[dict | None] | None = None, holdout_soft: list[dict | None] | None = None,
-                  distill: Distill = Distill(), log_start: bool = False, next_token: str = "text"
-                  ) -> tuple[object, dict]:
+                  distill: Distill = Distill(), log_start: bool = False, next_token: str = "text",
+                  stop_at: int | None = None) -> tuple[object, dict]:
     """Train `model` in place up to `steps`, resuming from `work_dir/checkpoint.pt`.
 
     Returns (model, progress) with progress = {step, tokens, seconds}, totals over every session.
@@ -295,6 +295,9 @@ def train_student(model, teacher_docs: list[list[int]], raw_docs: list[list[int]
     used with weight `distill.weight`; the held-out divergences are logged as val_fkl, val_tv and val_tli.
     `log_start`: also log the held-out losses before the first step (a run continuing a trained drafter).
     `next_token`: the next-token loss's label at recorded positions (`batch_rows`).
+    `stop_at`: stop (checkpointed, resumable) after this step while the learning rate keeps the schedule planned
+    for `steps`; a run stopped by `time_budget_s` at step s is redone exactly by stop_at=s (batches depend on
+    the step alone).
     """
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -322,7 +325,8 @@ def train_student(model, teacher_docs: list[list[int]], raw_docs: list[list[int]
         with open(log_path, "a", encoding="utf-8") as log:
             log.write(json.dumps(first) + "\n")
     model.train()
-    bar = tqdm(range(step, steps), desc="student", unit="step", initial=step, total=steps)
+    end = steps if stop_at is None else min(steps, stop_at)
+    bar = tqdm(range(step, end), desc="student", unit="step", initial=step, total=steps)
     with open(log_path, "a", encoding="utf-8") as log:
         for step in bar:
             generator = torch.Generator().manual_seed(seed * 1_000_003 + step)
@@ -341,7 +345,7 @@ def train_student(model, teacher_docs: list[list[int]], raw_docs: list[list[int]
                         "seconds": round(seconds0 + elapsed, 1)}
             entry = {**progress, "loss": round(loss.item(), 4), "lr": optimizer.param_groups[0]["lr"],
                      "tokens_per_s": round(tokens / elapsed, 1)}
-            done = step + 1 == steps or (time_budget_s is not None and elapsed > time_budget_s)
+            done = step + 1 == end or (time_budget_s is not None and elapsed > time_budget_s)
             if holdout and ((step + 1) % eval_every == 0 or done):
                 entry["val_loss"] = round(evaluate(model, holdout, pad_id=pad_id, batch_size=batch_size,
                                                   autocast=autocast), 4)

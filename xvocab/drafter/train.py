@@ -166,7 +166,7 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
                                     lr=s.lr, min_lr=s.min_lr, warmup=s.warmup, weight_decay=s.weight_decay,
                                     raw_fraction=s.raw_fraction, checkpoint_every=s.checkpoint_every,
                                     eval_every=s.eval_every, seed=cfg.seed, pad_id=pad_id, autocast=autocast,
-                                    micro_batches=s.micro_batches, time_budget_s=s.time_budget_s,
+                                    micro_batches=s.micro_batches, time_budget_s=s.time_budget_s, stop_at=s.stop_at,
                                     teacher_soft=train_soft, holdout_soft=holdout_soft, distill=distill,
                                     log_start=bool(s.init_from), next_token=next_token)
     log = records.read(work / "train_log.jsonl")  # complete lines only: a kill can cut the last one
@@ -268,7 +268,7 @@ def _initial(init_from: str, draft_tokenizer: str, encoding: str, shape: Student
 
 
 # Settings a resumed run may change: how long, how often it saves and evaluates, the saved dtype.
-_RESUMABLE = {"steps", "time_budget_s", "checkpoint_every", "eval_every", "save_dtype"}
+_RESUMABLE = {"steps", "time_budget_s", "stop_at", "checkpoint_every", "eval_every", "save_dtype"}
 
 
 def _check_resume(path: Path, settings: dict) -> None:
