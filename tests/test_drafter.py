@@ -383,6 +383,10 @@ def test_train_drafter_command_resumes_and_refuses_other_settings(tmp_path):
                           + ["stage=student", f"student.extra_teacher=['{tmp_path / 'work' / 'teacher'}']"],
                           cwd=root, capture_output=True, text=True, timeout=600)
     assert proc.returncode != 0 and "repeats 2 held-out prompts" in proc.stderr
+    # A stop_at outside the planned schedule is refused, naming both settings.
+    proc = subprocess.run(cmd + ["stage=student", "student.stop_at=0"], cwd=root, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode != 0 and "student.stop_at=0 with student.steps=" in proc.stderr
 
 
 def test_micro_batches_give_the_whole_batch_gradient():

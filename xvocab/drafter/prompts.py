@@ -5,8 +5,8 @@ the same training data; it is real, idiomatic Python with docstrings, the domain
 Why more sources: the standard library holds about 5,900 documented functions, and its docstrings rarely
 show examples. `source="pypi"`: small utility packages (algorithms, pydash, more-itertools, toolz, boltons,
 funcy, networkx) add about 2,800 more, most with `>>>` examples as HumanEval's prompts have;
-`source="pypi-more"`: sympy, mpmath, nltk, pygorithm and eight smaller packages add about 11,900 (a third
-with examples). All pinned by version and sha256 (xvocab.zoo.assets.CODE_PACKAGES, CODE_SOURCES), read
+`source="pypi-more"`: sympy, mpmath, nltk, pygorithm and eight smaller packages add about 11,500 (over a
+quarter with examples). All pinned by version and sha256 (xvocab.zoo.assets.CODE_PACKAGES, CODE_SOURCES), read
 from the verified wheels.
 
 A prompt is what HumanEval gives a model: a function's signature and docstring, dedented, ending

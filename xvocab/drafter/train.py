@@ -80,6 +80,9 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
         raise ConfigError(f"student.distill_loss={distill.loss!r}, student.distill_weight={distill.weight}: "
                           f"choose the loss from {', '.join(KINDS)} and a weight in [0, 1]")
     next_token = check_next_token(s.get("next_token", "text"))
+    if s.stop_at is not None and not 1 <= s.stop_at <= s.steps:
+        raise ConfigError(f"student.stop_at={s.stop_at} with student.steps={s.steps}: stop_at is a step of the planned "
+                          f"schedule, between 1 and student.steps (or null to run them all)")
     meta_path = teacher_dir / "meta.json"
     teacher_meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
     recorded = teacher_meta.get("top_k", 0) > 0

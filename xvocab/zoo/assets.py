@@ -55,8 +55,8 @@ CODE_PACKAGES: dict[str, Package] = {
                      "290794186530c944f7e444d2e28b98f33a55685f2bfb9b7a61dac564decab8f8"),
     "networkx": Package("networkx", "3.6.1", "networkx-3.6.1-py3-none-any.whl",
                         "d47fbf302e7d9cbbb9e2555a0d267983d2aa476bac30e90dfbe5669bd57f3762"),
-    # pypi-more: a second, larger set (about 11,900 documented functions, a third with doctest examples;
-    # sympy is two thirds of it)
+    # pypi-more: a second, larger set (about 11,500 documented functions, over a quarter with doctest
+    # examples; sympy is two thirds of it)
     "sympy": Package("sympy", "1.14.0", "sympy-1.14.0-py3-none-any.whl",
                      "e091cc3e99d2141a0ba2847328f5479b05d94a6635cb96148ccb3f34671bd8f5"),
     "mpmath": Package("mpmath", "1.4.1", "mpmath-1.4.1-py3-none-any.whl",
