@@ -1,8 +1,8 @@
 """`python -m experiments.train_drafter target=gemma-3-270m draft_tokenizer=deepseek-coder`: distil a drafter.
 
 Runs xvocab.drafter's stages with the settings of conf/train_drafter.yaml: the target continues
-code prompts (standard-library functions, or with teacher.prompts=pypi those of pinned PyPI packages, into
-another teacher.dir; teacher text, resumable shards), then a small Llama-architecture
+code prompts (standard-library functions, or with teacher.prompts=pypi or pypi-more those of pinned PyPI
+packages, into another teacher.dir; teacher text, resumable shards), then a small Llama-architecture
 student with the chosen tokenizer is trained on that text (resumable checkpoints) and saved as a
 Hugging Face checkpoint at `out_dir`, with its training log and loss curve beside it. The optional
 `onpolicy` stage has a drafter continue the same prompts and the target score its text

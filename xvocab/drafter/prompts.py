@@ -31,6 +31,8 @@ from functools import lru_cache, partial
 from pathlib import Path
 
 from xvocab.errors import ConfigError
+from xvocab.zoo.assets import CODE_PACKAGES, CODE_SOURCES
+from xvocab.zoo.cache import fetch
 
 # Directories of the standard library that are not ordinary library code (or are huge test data).
 _SKIP_DIRS = {"site-packages", "dist-packages", "test", "tests", "idlelib", "lib2to3", "turtledemo",
@@ -71,12 +73,9 @@ def stdlib_sources() -> Iterator[tuple[str, str]]:
             continue
 
 
-def pypi_sources(source: str = "pypi") -> Iterator[tuple[str, str]]:
+def pypi_sources(source: str) -> Iterator[tuple[str, str]]:
     """("pypi/NAME-VERSION/member", source) of every .py file in the wheels of CODE_SOURCES[source], tests
     excluded, sorted within each package. Fetches a missing wheel (verified by sha256) on first use."""
-    from xvocab.zoo.assets import CODE_PACKAGES, CODE_SOURCES
-    from xvocab.zoo.cache import fetch
-
     for pkg in (CODE_PACKAGES[key] for key in CODE_SOURCES[source]):
         with zipfile.ZipFile(fetch(pkg)) as zf:
             for member in sorted(zf.namelist()):
@@ -87,7 +86,8 @@ def pypi_sources(source: str = "pypi") -> Iterator[tuple[str, str]]:
                         continue
 
 
-SOURCES = {"stdlib": stdlib_sources, "pypi": pypi_sources, "pypi-more": partial(pypi_sources, "pypi-more")}
+# Every prompt source: the standard library, then each set of pinned wheels (a new set needs only CODE_SOURCES).
+SOURCES = {"stdlib": stdlib_sources, **{name: partial(pypi_sources, name) for name in CODE_SOURCES}}
 
 
 def check_source(source: str) -> str:
