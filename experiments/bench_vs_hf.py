@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import statistics
 import time
 from pathlib import Path
@@ -23,8 +22,9 @@ from pathlib import Path
 import torch
 
 import xvocab
+from experiments.bench_out import publish
 from experiments.run import load_pair
-from xvocab import defaults, records
+from xvocab import defaults
 
 
 class ForwardClock:
@@ -157,14 +157,7 @@ def main(argv=None):
     lines += ["", "greedy outputs identical to the target alone: " +
               ("yes, every method and prompt" if not findings and args.temperature == 0 else
                "n/a (sampling)" if args.temperature else "NO")]
-    lines += ["", "findings:"] + [f"- {f}" for f in findings] if findings else ["", "findings: none"]
-    text = "\n".join(lines)
-    print(text)
-    args.out.mkdir(parents=True, exist_ok=True)
-    stem = f"{args.pair[0]}__{args.pair[1]}__T{args.temperature:g}".replace(":", "-").replace("/", "_")
-    records.write_atomic(args.out / f"{stem}.md", text + "\n")
-    env = records.environment() | {"args": vars(args) | {"out": str(args.out)}}
-    records.write_atomic(args.out / f"{stem}.jsonl", "".join(json.dumps({**r, **env}) + "\n" for r in rows))
+    publish(lines, findings, rows, args)
     return table, findings
 
 

@@ -2,6 +2,7 @@
 
 * The tape: values independent of the order positions are asked in; released positions refuse.
 * The race samples p (chi-square), and `agreement`'s closed form matches simulation.
+* The draft's noise: the tape's value at each mapped id's target id, fresh Exp(1) noise at the others.
 * Drafter invariance, the proof of losslessness by equality: with coupling="gumbel", sampled SLEM emits
   exactly what sampled `ar` emits for the same seed, token for token (and so does the batched path, with
   slots reused and a policy switching speculation on and off); without coupling it does not (the control).
@@ -19,7 +20,8 @@ from _support import chi_square_pvalue, flipping_policy, mirrored_pairs
 
 import xvocab
 from xvocab import generate, generate_batch
-from xvocab.coupling import NoiseTape, agreement, agreement_dense, race
+from xvocab.alignment.tables import DraftIds
+from xvocab.coupling import NoiseTape, agreement, agreement_dense, draft_noise, race
 from xvocab.errors import ConfigError
 
 PAIRS = [("starcoder", "refact"), ("llama-spm", "mistral-v1")]
@@ -64,6 +66,25 @@ def test_the_race_samples_p_and_agreement_is_its_match_probability():
     tv = 0.5 * float((p - q).abs().sum())
     assert (1 - tv) / (1 + tv) <= expected <= 1 - tv
     assert agreement(p, p) == pytest.approx(1.0)
+
+
+def test_the_draft_reads_the_tapes_noise_at_mapped_ids_and_fresh_exp1_noise_elsewhere():
+    """Mapped draft ids race on exactly the tape's value at their target id; the rest on fresh draws whose law is
+    Exp(1) (Kolmogorov-Smirnov), new at every call. The control: the same test rejects Exp(1) scaled by 1.1."""
+    from scipy import stats
+
+    to_target = torch.tensor([3, -1, 0, 7, -1, -1, 5] * 4000)                 # -1: no target id (NO_TOKEN)
+    to_target[to_target >= 0] += torch.arange(int((to_target >= 0).sum())) * 8  # distinct target ids
+    ids, tape = DraftIds.of(to_target), NoiseTape(0, int(to_target.max()) + 1)
+    gen = torch.Generator().manual_seed(0)
+    first, second = (draft_noise(tape, 2, ids, gen) for _ in range(2))
+    mapped = to_target >= 0
+    assert torch.equal(first[mapped], tape.at(2)[to_target[mapped]])
+    assert torch.equal(first[mapped], second[mapped])
+    fresh = first[~mapped].double().numpy()
+    assert not torch.equal(first[~mapped], second[~mapped]) and fresh.min() > 0
+    assert stats.kstest(fresh, "expon").pvalue > 1e-4
+    assert stats.kstest(fresh * 1.1, "expon").pvalue < 1e-4                 # the control
 
 
 @pytest.mark.parametrize("seed", range(3))

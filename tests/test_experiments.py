@@ -363,3 +363,35 @@ def test_expected_acceptance_tells_a_mirror_from_a_stranger():
                               draft_temperatures=(0.0, 0.7), draft_top_ps=(1.0, 0.9, 1e-6))["by_draft_temperature"]
     assert cut["0.7/1.0"] == cut["0.7"] and cut["0.7/1e-06"] == cut["0.0"]
     assert cut["0.7/0.9"] != cut["0.7"] and "0.0/0.9" not in cut
+
+
+def test_interleave_times_variants_side_by_side_and_checks_outputs_that_must_agree(tmp_path):
+    from experiments import interleave
+
+    common = ["--pair", "tiny:starcoder:1", "mirror:refact", "--dataset", "tiny", "--prompts", "2", "--seeds", "0", "1",
+              "--max-new-tokens", "10", "--threads", "1", "--out", str(tmp_path)]
+    table, findings = interleave.main(common + ["--variants", "ar", "slem", "tli k=2"])  # greedy: all equal ar
+    assert findings == [] and [t["variant"] for t in table] == ["ar", "slem", "tli k=2"]
+    assert table[0]["ratio"] == 1.0 and table[0]["tau"] == 1.0 and all(t["decodes"] == 4 for t in table)
+    assert table[1]["tau"] > 1.0  # the mirrored draft is accepted
+    table, findings = interleave.main(common + ["--temperature", "1", "--variants", "ar coupling=gumbel",
+                                                "slem coupling=gumbel draft_temperature=0.7", "tli"])
+    assert findings == []  # coupled slem emits coupled ar's tokens; tli (its own stream) is not compared
+    rows = [json.loads(line) for line in next(tmp_path.glob("*T1.jsonl")).read_text().splitlines()]
+    coupled = ["ar coupling=gumbel", "slem coupling=gumbel draft_temperature=0.7"]
+    assert len(rows) == 12 and {r["variant"] for r in rows} == set(coupled) | {"tli"}
+    # The control: the same check flags an output that differs.
+    next(r for r in rows if r["variant"] == coupled[1])["ids"] = [-1]
+    variants = [interleave.parse_variant(s) for s in coupled]
+    assert len(interleave.findings_for(rows, variants, 1.0)) == 1
+
+
+@pytest.mark.parametrize("spec, message", [("slme", "unknown algorithm 'slme'"),
+                                           ("slem coupling", "is not KEY=VALUE with KEY one of"),
+                                           ("tli top_k=3", "is not KEY=VALUE"), ("tli k=two", "k='two' is not an integer")])
+def test_interleave_variants_name_the_mistake(spec, message):
+    from experiments import interleave
+    from xvocab.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        interleave.parse_variant(spec)

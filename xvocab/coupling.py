@@ -28,6 +28,9 @@ from __future__ import annotations
 
 import torch
 
+from xvocab.alignment.tables import DraftIds
+from xvocab.sampling import argmax
+
 COUPLINGS = ("none", "gumbel")
 
 
@@ -47,8 +50,7 @@ class NoiseTape:
         if t < self._released:
             raise ValueError(f"position {t} was released (the sequence is at {self._released}); a tape only moves on")
         while self._drawn <= t:
-            u = torch.rand(self.vocab, generator=self.generator, device=self.device)
-            self._noise[self._drawn] = torch.log1p(-u).neg_().clamp_min_(torch.finfo(torch.float32).tiny)
+            self._noise[self._drawn] = exponential(torch.rand(self.vocab, generator=self.generator, device=self.device))
             self._drawn += 1
         return self._noise[t]
 
@@ -60,17 +62,26 @@ class NoiseTape:
 
 
 def race(probs: torch.Tensor, noise: torch.Tensor) -> int:
-    """argmax_x probs(x) / noise(x): a draw from probs (normalized or not) when noise is iid Exp(1)."""
-    return int((probs.float() / noise).argmax())
+    """argmax_x probs(x) / noise(x): a draw from probs (normalized or not) when noise is iid Exp(1).
+    (xvocab.sampling.argmax: torch's own CPU argmax is unvectorized, a third of a millisecond over 262k ids.)"""
+    return int(argmax(probs.float() / noise))
 
 
-def draft_noise(tape: NoiseTape, t: int, to_target: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """[V_draft]: E_t(m(d)) for draft ids d with a target id m(d) (`to_target`, negative where none), fresh
-    Exp(1) noise elsewhere (drawn from the draft's `generator`)."""
-    noise = torch.empty(len(to_target), device=to_target.device).exponential_(generator=generator)
-    noise.clamp_min_(torch.finfo(torch.float32).tiny)
-    mapped = to_target >= 0
-    noise[mapped] = tape.at(t).to(noise.device)[to_target[mapped]]
+def exponential(u: torch.Tensor) -> torch.Tensor:
+    """Exp(1) values from float32 uniforms u in [0, 1), in place: -log(1 - u), never 0 (a race divides by it).
+    Several times cheaper on a CPU than Tensor.exponential_."""
+    return torch.log1p(u.neg_()).neg_().clamp_min_(torch.finfo(torch.float32).tiny)
+
+
+def draft_noise(tape: NoiseTape, t: int, ids: DraftIds, generator: torch.Generator) -> torch.Tensor:
+    """[V_draft]: E_t(m(d)) for the draft ids d with a target id m(d) (`ids.to_target`), fresh Exp(1) noise for
+    the others (`ids.unmapped`, drawn from the draft's `generator`: a few thousand ids, not V_draft). One
+    index_select and one index_copy_: on a CPU, ten times cheaper than a masked or advanced-index assignment."""
+    device = ids.to_target.device
+    noise = tape.at(t).to(device).index_select(0, ids.to_target.clamp_min(0))  # unmapped ids overwritten below
+    if len(ids.unmapped):
+        fresh = exponential(torch.rand(len(ids.unmapped), generator=generator, device=device))
+        noise.index_copy_(0, ids.unmapped, fresh)
     return noise
 
 

@@ -17,7 +17,10 @@ about 1e-6 relative), and `ar` and every speculative algorithm run through the s
 equality with `ar` holds on this path. A packed copy is rebuilt whenever W or b changes (version
 counter, storage, shape), so a layer edited in place is never served stale. Anything else (not a CPU,
 not float32, gradients on, oneDNN or its ops missing, `XVOCAB_PACKED=0`) runs the stock layer.
-Layers under MIN_WEIGHTS weights stay stock (a 64-wide test model ran 1.5x slower packed).
+Layers under MIN_WEIGHTS weights stay stock: below ~2^19 oneDNN's per-call overhead outweighs the gain (a 64-wide
+test model ran 1.5x slower packed). Measured on an AMD EPYC with AVX-512, 2 threads (EXPERIMENTS.md, 2026-12-02):
+Gemma's attention projections (640 x 1024, 655k weights) take 59 / 154 us stock for 1 / 5 rows and 47 / 49 us
+packed, so they are packed; a drafter's 256 x 768 (197k) takes 19 us stock and 28 us packed for one row.
 Cost: one packed copy of each float32 CPU linear, kept while the model lives (for gemma-3-270m, 1.1 GB).
 """
 from __future__ import annotations
@@ -29,7 +32,7 @@ import weakref
 import torch
 
 BATCH_HINT = 8  # rows the blocked layout is tuned for: covers k + 1 <= 8, and 1 row costs the same
-MIN_WEIGHTS = 1 << 20  # smaller layers stay stock: oneDNN's per-call overhead outweighs the gain there
+MIN_WEIGHTS = 1 << 19  # smaller layers stay stock: oneDNN's per-call overhead outweighs the gain there
 _OPS = getattr(torch.ops, "mkldnn", None)
 # model -> [(linear, its packed state)], built on the model's first packed call; dropped with the model.
 _LAYERS: "weakref.WeakKeyDictionary[torch.nn.Module, list]" = weakref.WeakKeyDictionary()

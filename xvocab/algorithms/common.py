@@ -91,7 +91,7 @@ class DraftContext:
             return int(argmax(logits)), None
         q = logits_to_probs(logits, self.params)
         if self.tape is not None and position is not None:
-            return race(q, draft_noise(self.tape, position, self.maps.tli.to_target, self.generator)), q
+            return race(q, draft_noise(self.tape, position, self.maps.tli, self.generator)), q
         return int(sample(q, self.generator)), q
 
 

@@ -46,6 +46,7 @@ class DraftIds:
     bias: torch.Tensor       # [V_draft] float32: 0 where allowed, -inf elsewhere
     src: torch.Tensor        # [n] long: the allowed draft ids
     dst: torch.Tensor        # [n] long: the target id of each
+    unmapped: torch.Tensor   # [V_draft - n] long: the other draft ids
     to_target_host: tuple[int, ...] = ()  # to_target as Python ints: indexed per drafted token, no device sync
 
     @staticmethod
@@ -53,14 +54,15 @@ class DraftIds:
         allowed = to_target != NO_TOKEN
         bias = torch.zeros(len(to_target)).masked_fill_(~allowed, float("-inf"))
         src = allowed.nonzero().flatten()
-        return DraftIds(to_target, bias, src, to_target[src], tuple(to_target.tolist()))
+        return DraftIds(to_target, bias, src, to_target[src], (~allowed).nonzero().flatten(), tuple(to_target.tolist()))
 
     def restrict(self, logits: torch.Tensor) -> torch.Tensor:
         """logits [V_draft] -> float32 logits, -inf outside the allowed ids (done once per drafted token)."""
         return logits.float() + self.bias
 
     def to(self, device) -> "DraftIds":
-        return DraftIds(*(t.to(device) for t in (self.to_target, self.bias, self.src, self.dst)), self.to_target_host)
+        return DraftIds(*(t.to(device) for t in (self.to_target, self.bias, self.src, self.dst, self.unmapped)),
+                        self.to_target_host)
 
     def push(self, q: torch.Tensor, target_vocab: int) -> torch.Tensor:
         """q [V_draft], zero outside the allowed ids -> [V_target]: the mass q puts on each target id

@@ -1,0 +1,156 @@
+"""`python -m experiments.interleave`: decoding variants timed prompt by prompt, interleaved, in one process.
+
+What: each variant (an algorithm and its options) decodes every (seed, prompt) in turn, the variants' order rotating
+from one prompt to the next, so a machine that speeds up or slows down during the run (a shared VM does, by 15-20%
+within minutes) moves every variant alike. Prints, per variant, tokens/s (pooled: all tokens over all seconds),
+tau (pooled: tokens over target forwards), the speed ratio to the first variant, and the median and quartiles
+of that ratio over the (seed, prompt) pairs; writes the table and one JSON line per decode next to it.
+
+Why: `experiments.run` sweeps one configuration after another, and a sweep over six seeds takes many minutes
+per variant: a drift between the `ar` block and a later one is read as speedup. Here it cancels.
+
+Checked while it runs (each mismatch is a finding, printed and kept, never dropped): at temperature 0 every
+variant emits the first variant's tokens; when sampling, variants that draw on the same noise tape
+(`coupling=gumbel`, slem or ar) emit identical tokens to each other.
+
+    python -m experiments.interleave --temperature 1 --seeds 0 1 2 \\
+        --variants ar "slem coupling=gumbel draft_temperature=0.7" "tli draft_temperature=0.7"
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+import xvocab
+from experiments.datasets import load
+from experiments.bench_out import publish
+from experiments.runner import load_pair
+from xvocab import defaults, records
+from xvocab.errors import ConfigError
+
+# The options a variant may set, and how their values are read (the others are the run's: --k, --temperature...).
+OPTIONS = {"coupling": str, "draft_temperature": float, "draft_confidence": float, "k": int, "cache": str}
+_KINDS = {int: "an integer", float: "a number", str: "text"}
+
+
+def parse_variant(spec: str) -> dict:
+    """"slem coupling=gumbel draft_temperature=0.7" -> {"name": spec, "algorithm": "slem", "coupling": "gumbel",
+    "draft_temperature": 0.7}."""
+    algorithm, *settings = spec.split()
+    if algorithm not in xvocab.ALGORITHMS:
+        raise ConfigError(f"variant {spec!r}: unknown algorithm {algorithm!r}; choose one of {', '.join(xvocab.ALGORITHMS)}")
+    variant = {"name": spec, "algorithm": algorithm}
+    for s in settings:
+        key, eq, value = s.partition("=")
+        if not eq or key not in OPTIONS:
+            raise ConfigError(f"variant {spec!r}: {s!r} is not KEY=VALUE with KEY one of {', '.join(OPTIONS)}")
+        try:
+            variant[key] = OPTIONS[key](value)
+        except ValueError:
+            raise ConfigError(f"variant {spec!r}: {key}={value!r} is not {_KINDS[OPTIONS[key]]}") from None
+    return variant
+
+
+def decode(variant: dict, prompt: str, seed: int, args, models) -> dict:
+    target, tt, draft, dt = models
+    options = {k: v for k, v in variant.items() if k in OPTIONS}
+    start = time.perf_counter()
+    out = xvocab.generate(prompt, target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt,
+                          algorithm=variant["algorithm"], max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                          seed=seed, **({"k": args.k} | options))
+    wall = time.perf_counter() - start
+    return {"variant": variant["name"], "seed": seed, "wall_s": wall, "new_tokens": len(out.token_ids),
+            "target_forwards": out.stats.target_forwards, "ids": out.token_ids}
+
+
+def summarize(rows: list[dict], names: list[str]) -> list[dict]:
+    """Per variant: pooled tokens/s and tau; the speed ratio to names[0], pooled and per (seed, prompt) pair."""
+    base = {(r["seed"], r["prompt"]): r for r in rows if r["variant"] == names[0]}
+    table = []
+    for name in names:
+        rs = [r for r in rows if r["variant"] == name]
+        if not rs:
+            continue
+        speed = sum(r["new_tokens"] for r in rs) / sum(r["wall_s"] for r in rs)
+        paired = sorted((r["new_tokens"] / r["wall_s"]) / (b["new_tokens"] / b["wall_s"])
+                        for r in rs if (b := base.get((r["seed"], r["prompt"]))) is not None)
+        q = statistics.quantiles(paired, n=4) if len(paired) >= 2 else paired * 3
+        table.append({"variant": name, "decodes": len(rs), "tokens_per_s": speed,
+                      "tau": sum(r["new_tokens"] for r in rs) / sum(r["target_forwards"] for r in rs),
+                      "ratio": None, "paired_median": statistics.median(paired) if paired else None,
+                      "paired_q1": q[0] if paired else None, "paired_q3": q[-1] if paired else None})
+    if table and table[0]["variant"] == names[0]:
+        for t in table:
+            t["ratio"] = t["tokens_per_s"] / table[0]["tokens_per_s"]
+    return table
+
+
+def findings_for(rows: list[dict], variants: list[dict], temperature: float) -> list[str]:
+    """Outputs that should be identical and are not (see the module docstring)."""
+    found = []
+    if temperature == 0:
+        groups = [[v["name"] for v in variants]]
+    else:
+        groups = [[v["name"] for v in variants if v.get("coupling") == "gumbel" and v["algorithm"] in ("ar", "slem")]]
+    by = {(r["variant"], r["seed"], r["prompt"]): r["ids"] for r in rows}
+    for group in groups:
+        for (name, seed, prompt), ids in by.items():
+            if name in group[1:] and (ref := by.get((group[0], seed, prompt))) is not None and ids != ref:
+                found.append(f"{name} seed {seed} {prompt}: output differs from {group[0]}'s")
+    return found
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m experiments.interleave", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pair", nargs=2, default=[defaults.TARGET, defaults.DRAFT], metavar=("TARGET", "DRAFT"))
+    parser.add_argument("--variants", nargs="+", required=True,
+                        help=f'"ALGORITHM [KEY=VALUE ...]", KEY one of {", ".join(OPTIONS)}; the first is the baseline')
+    parser.add_argument("--dataset", default="humaneval")
+    parser.add_argument("--prompts", type=int, default=20, help="the dataset's first N (HumanEval's first 20: held out)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[defaults.SEED])
+    parser.add_argument("--k", type=int, default=defaults.K)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--temperature", type=float, default=defaults.TEMPERATURE)
+    parser.add_argument("--threads", type=int, default=defaults.THREADS)
+    parser.add_argument("--out", type=Path, default=Path("runs/interleave"), help="where the table and rows go")
+    args = parser.parse_args(argv)
+    variants = [parse_variant(s) for s in args.variants]
+    names = [v["name"] for v in variants]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"--variants repeats a variant: {names}")
+    torch.set_num_threads(args.threads)
+    needs_draft = any(v["algorithm"] != "ar" for v in variants)
+    models = load_pair(args.pair[0], args.pair[1] if needs_draft else None, "float32", "cpu", None)
+    prompts = load(args.dataset, args.prompts)
+    decode(variants[-1], prompts[0]["prompt"], args.seeds[0], args, models)  # warm-up, untimed
+    rows, turn = [], 0
+    with tqdm(total=len(args.seeds) * len(prompts) * len(variants), desc="interleave", unit="decode") as bar:
+        for seed in args.seeds:
+            for p in prompts:
+                for v in variants[turn % len(variants):] + variants[: turn % len(variants)]:
+                    rows.append(decode(v, p["prompt"], seed, args, models) | {"prompt": p["id"]})
+                    bar.update()
+                turn += 1
+    table, findings = summarize(rows, names), findings_for(rows, variants, args.temperature)
+    lines = [f"pair {args.pair[0]} <- {args.pair[1]}; {len(prompts)} {args.dataset} prompts x seeds "
+             f"{' '.join(map(str, args.seeds))}; T={args.temperature:g}, k={args.k}, {args.max_new_tokens} new tokens, "
+             f"{args.threads} threads; {records.cpu_name()}; variants interleaved, order rotating per prompt", "",
+             f"| variant | decodes | tokens/s | tau | speed / {names[0]} | per-prompt ratio median (quartiles) |",
+             "|---|---|---|---|---|---|"]
+    for t in table:
+        paired = (f"{t['paired_median']:.3f} ({t['paired_q1']:.3f}-{t['paired_q3']:.3f})"
+                  if t["paired_median"] is not None else "—")
+        lines.append(f"| {t['variant']} | {t['decodes']} | {t['tokens_per_s']:.2f} | {t['tau']:.3f} | "
+                     f"{t['ratio']:.3f} | {paired} |")
+    publish(lines, findings, rows, args)
+    return table, findings
+
+
+if __name__ == "__main__":
+    main()
