@@ -68,8 +68,8 @@ def race(probs: torch.Tensor, noise: torch.Tensor) -> int:
 
 
 def exponential(u: torch.Tensor) -> torch.Tensor:
-    """Exp(1) values from float32 uniforms u in [0, 1), in place: -log(1 - u), never 0 (a race divides by it).
-    Several times cheaper on a CPU than Tensor.exponential_."""
+    """Exp(1) values -log(1 - u) from float32 uniforms u in [0, 1) (u is overwritten), never 0 (a race divides by
+    them). On a CPU, `rand` and this together cost about a seventh of `Tensor.exponential_`."""
     return torch.log1p(u.neg_()).neg_().clamp_min_(torch.finfo(torch.float32).tiny)
 
 
