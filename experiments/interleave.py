@@ -115,7 +115,7 @@ def main(argv=None):
     parser.add_argument("--prompts", type=int, default=20, help="the dataset's first N (HumanEval's first 20: held out)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[defaults.SEED])
     parser.add_argument("--k", type=int, default=defaults.K)
-    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--max-new-tokens", type=int, default=64, help="64: the drafter experiment's length (issue 15)")
     parser.add_argument("--temperature", type=float, default=defaults.TEMPERATURE)
     parser.add_argument("--threads", type=int, default=defaults.THREADS)
     parser.add_argument("--out", type=Path, default=Path("runs/interleave"), help="where the table and rows go")
