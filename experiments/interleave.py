@@ -70,39 +70,29 @@ def decode(variant: dict, prompt: str, seed: int, args, models) -> dict:
 
 def summarize(rows: list[dict], names: list[str]) -> list[dict]:
     """Per variant: pooled tokens/s and tau; the speed ratio to names[0], pooled and per (seed, prompt) pair."""
+    def speed(rs):
+        return sum(r["new_tokens"] for r in rs) / sum(r["wall_s"] for r in rs)
+
     base = {(r["seed"], r["prompt"]): r for r in rows if r["variant"] == names[0]}
+    base_speed = speed(base.values())
     table = []
     for name in names:
         rs = [r for r in rows if r["variant"] == name]
-        if not rs:
-            continue
-        speed = sum(r["new_tokens"] for r in rs) / sum(r["wall_s"] for r in rs)
-        paired = sorted((r["new_tokens"] / r["wall_s"]) / (b["new_tokens"] / b["wall_s"])
-                        for r in rs if (b := base.get((r["seed"], r["prompt"]))) is not None)
+        paired = sorted(speed([r]) / speed([base[r["seed"], r["prompt"]]]) for r in rs)
         q = statistics.quantiles(paired, n=4) if len(paired) >= 2 else paired * 3
-        table.append({"variant": name, "decodes": len(rs), "tokens_per_s": speed,
+        table.append({"variant": name, "decodes": len(rs), "tokens_per_s": speed(rs), "ratio": speed(rs) / base_speed,
                       "tau": sum(r["new_tokens"] for r in rs) / sum(r["target_forwards"] for r in rs),
-                      "ratio": None, "paired_median": statistics.median(paired) if paired else None,
-                      "paired_q1": q[0] if paired else None, "paired_q3": q[-1] if paired else None})
-    if table and table[0]["variant"] == names[0]:
-        for t in table:
-            t["ratio"] = t["tokens_per_s"] / table[0]["tokens_per_s"]
+                      "paired_median": statistics.median(paired), "paired_q1": q[0], "paired_q3": q[-1]})
     return table
 
 
 def findings_for(rows: list[dict], variants: list[dict], temperature: float) -> list[str]:
     """Outputs that should be identical and are not (see the module docstring)."""
-    found = []
-    if temperature == 0:
-        groups = [[v["name"] for v in variants]]
-    else:
-        groups = [[v["name"] for v in variants if v.get("coupling") == "gumbel" and v["algorithm"] in ("ar", "slem")]]
+    same = [v["name"] for v in variants
+            if temperature == 0 or (v.get("coupling") == "gumbel" and v["algorithm"] in ("ar", "slem"))]
     by = {(r["variant"], r["seed"], r["prompt"]): r["ids"] for r in rows}
-    for group in groups:
-        for (name, seed, prompt), ids in by.items():
-            if name in group[1:] and (ref := by.get((group[0], seed, prompt))) is not None and ids != ref:
-                found.append(f"{name} seed {seed} {prompt}: output differs from {group[0]}'s")
-    return found
+    return [f"{name} seed {seed} {prompt}: output differs from {same[0]}'s" for (name, seed, prompt), ids in by.items()
+            if name in same[1:] and (ref := by.get((same[0], seed, prompt))) is not None and ids != ref]
 
 
 def main(argv=None):
@@ -144,10 +134,8 @@ def main(argv=None):
              f"| variant | decodes | tokens/s | tau | speed / {names[0]} | per-prompt ratio median (quartiles) |",
              "|---|---|---|---|---|---|"]
     for t in table:
-        paired = (f"{t['paired_median']:.3f} ({t['paired_q1']:.3f}-{t['paired_q3']:.3f})"
-                  if t["paired_median"] is not None else "—")
-        lines.append(f"| {t['variant']} | {t['decodes']} | {t['tokens_per_s']:.2f} | {t['tau']:.3f} | "
-                     f"{t['ratio']:.3f} | {paired} |")
+        lines.append(f"| {t['variant']} | {t['decodes']} | {t['tokens_per_s']:.2f} | {t['tau']:.3f} | {t['ratio']:.3f} | "
+                     f"{t['paired_median']:.3f} ({t['paired_q1']:.3f}-{t['paired_q3']:.3f}) |")
     publish(lines, findings, rows, args)
     return table, findings
 
