@@ -21,15 +21,10 @@ test: setup
 	$(PY) -m xvocab.zoo fetch
 	$(PY) -m pytest -q
 
-# What a GPU session carries (experiments/gpu_session.sh): transformers 5.24 and regex wheels, and the converted
-# tokenizers tests/test_cuda.py and experiments.gpu_bench read. gpu_carry/ is git-ignored.
-GPU_TOKENIZERS := starcoder refact gemma-4 llama-bpe qwen2 deepseek-coder
+# What a GPU session carries (experiments/gpu_carry.py, run by experiments/gpu_session.sh there): transformers 5.24
+# and huggingface-hub wheels for the GPU machine's Python 3.12, and the converted tokenizers its tests and benchmark
+# read; fails if the tree and gpu_carry/ together exceed 60 MiB. gpu_carry/ is git-ignored.
 gpu-carry: setup
-	$(PY) -m xvocab.zoo fetch
-	rm -rf gpu_carry && mkdir -p gpu_carry/wheels
-	$(PY) -m pip download --quiet --no-deps --dest gpu_carry/wheels transformers==5.24.0 regex
-	cd $$($(PY) -c "from xvocab.zoo.cache import cache_dir; print(cache_dir())") && \
-	  tar czf $(CURDIR)/gpu_carry/xvocab-cache.tar.gz $(foreach t,$(GPU_TOKENIZERS),$$(ls -d tokenizers/$(t)-*v3 | tail -1))
-	du -sh gpu_carry
+	$(PY) -m experiments.gpu_carry
 
 .PHONY: setup demo test gpu-carry

@@ -1,4 +1,4 @@
-"""`python -m experiments.costs TARGET DRAFT [DRAFT ...] --k 2 3 4 --out results/drafter`: forward costs.
+"""`python -m experiments.costs TARGET DRAFT [DRAFT ...] --k 2 3 4 --out results/drafters/history/drafter`: forward costs.
 
 Measures, in one process with pinned threads, each model's one-token forward after a warm
 cache and the target's (k+1)-token verification forward (xvocab.cost), and appends one record

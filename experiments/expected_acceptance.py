@@ -16,7 +16,7 @@ acceptance (experiments.report's `per_position`, first entry). At T = 0, alpha_i
 argmaxes agree and 0 elsewhere. Positions whose prefix ends inside a UTF-8 character are skipped (the draft
 side reads text). Writes one JSON record per prompt to OUT/records.jsonl and prints the means.
 
-    python -m experiments.expected_acceptance --pair gemma-3-270m gemma-3-270m-drafter-deepseek-coder-aligned \\
+    python -m experiments.expected_acceptance --pair gemma-3-270m gemma-3-270m-drafter-deepseek-coder-aligned-v5 \\
         --prompts 20 --max-new-tokens 64 --temperature 1 --draft-temperatures 0 0.5 0.7
 """
 from __future__ import annotations

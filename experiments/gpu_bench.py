@@ -1,19 +1,23 @@
 """`python -m experiments.gpu_bench`: eager against graph-replayed decoding, per model shape and per pair.
 
 Random weights at real shapes (a config is enough; the weights do not fit a GPU session's upload), so the
-figures are costs, not acceptance. In one process:
+figures are costs, not acceptance. Every model is built once, directly on the device. In one process:
 
 1. per shape: one decode step of 1 and of k + 1 tokens after `--context` cached tokens, eager through
    `xvocab.kv.Decoder` (DynamicCache, the reference) and replayed from CUDA graphs through
-   `xvocab.batch_kv.BatchDecoder(graphs=True)`; median ms of `--reps`, and the largest logit difference
-   between the two (fp32 should be ~1e-5; bf16 a few ulps);
+   `xvocab.batch_kv.BatchDecoder(graphs=True)` (every width captured first, its time reported apart); median ms
+   of `--reps`, and the largest logit difference between the two (fp32 ~1e-5; bf16 a few ulps);
 2. per pair (TARGET:DRAFT): tokens/s of `ar`, `slem`, `tli`, `slrs` with cache=dynamic and cache=graph on
-   `--prompts` random prompts, tau, c and v from part 1, the bound tau / (k c + v) and the efficiency
-   (speedup over the same path's `ar` / bound), beside transformers' own `generate` (static cache, its
-   default compile on CUDA) and assisted generation (`assistant_model=`, with both tokenizers) as anchors.
+   `--prompts` random prompts, the graph rows through one DecoderPool per pair (graphs captured once, before the
+   timed calls, capture time apart), tau, c and v from part 1, the bound tau / (k c + v) and the efficiency
+   (speedup over the same path's `ar` / bound); beside them transformers' own `generate` as anchors, each warmed
+   by the very call it then times (compile time reported apart): dynamic cache, static cache with a fixed
+   `max_cache_len` without compiling and with its default compile, and assisted generation drafting exactly k
+   tokens per round (`num_assistant_tokens=k`, constant schedule, no confidence stop, as xvocab drafts).
 
-Prints markdown tables and writes OUT/gpu_bench.md and OUT/records.jsonl. On a CPU (`--device cpu --small`,
-two-layer variants) it runs the same code paths eagerly, to check the script before a GPU session:
+Every record is appended to OUT/records.jsonl the moment it exists and OUT/gpu_bench.md is rewritten after
+each one, so a run cut short keeps what it measured. On a CPU (`--device cpu --small`, two-layer variants)
+it runs the same code paths eagerly, to check the script before a GPU session:
 
     python -m experiments.gpu_bench --device cpu --small --tokens 8 --prompts 1 --reps 2 --out runs/gpu_bench_cpu
     python -m experiments.gpu_bench --out $OUT      # on the GPU: bf16, all shapes and both pairs (a few minutes)
@@ -21,6 +25,7 @@ two-layer variants) it runs the same code paths eagerly, to check the script bef
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import sys
 import time
@@ -30,7 +35,7 @@ import torch
 
 import xvocab
 from xvocab import defaults, records, zoo
-from xvocab.batch_kv import BatchDecoder
+from xvocab.batch_kv import BatchDecoder, DecoderPool
 from xvocab.kv import Decoder
 
 # shape -> (architecture, config fields, the zoo tokenizer of its vocabulary)
@@ -55,7 +60,8 @@ def sync(device) -> None:
 
 
 def shaped(name: str, *, small: bool, device: str, dtype: torch.dtype):
-    """(model with random weights at the shape, its tokenizer); `small`: two layers, for a CPU dry run."""
+    """(model with random weights at the shape, its tokenizer), built directly on `device` (an 8B shape through
+    the CPU's random generator would take minutes); `small`: two layers, for a CPU dry run."""
     from transformers import (AutoConfig, AutoModelForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig,
                               LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM)
 
@@ -71,59 +77,110 @@ def shaped(name: str, *, small: bool, device: str, dtype: torch.dtype):
         config, tok = config_cls(**fields), zoo.tokenizer(tok_name)
         build = build._from_config
     config.eos_token_id = tok.eos_token_id
-    with torch.random.fork_rng(devices=[]):
+    devices = [torch.device(device)] if torch.device(device).type == "cuda" else []
+    with torch.random.fork_rng(devices=devices), torch.device(device):
         torch.manual_seed(0)
         model = build(config, dtype=dtype)
-    return model.to(device).eval(), tok
+    return model.eval(), tok
+
+
+def _median_ms(call, reset, reps: int, device) -> tuple[float, torch.Tensor]:
+    times = []
+    for _ in range(reps + 2):  # two untimed: warm-up
+        sync(device)
+        start = time.perf_counter()
+        out = call()
+        sync(device)
+        times.append(time.perf_counter() - start)
+        reset()
+    return 1000 * statistics.median(times[2:]), out
 
 
 @torch.inference_mode()
 def step_costs(model, *, k: int, context: int, reps: int, device: str) -> dict:
-    """Median ms of 1- and (k+1)-token steps, eager (Decoder) and graph-replayed (BatchDecoder), and the
-    largest logit difference between the two paths on the same inputs."""
+    """Median ms of 1- and (k+1)-token steps, eager (Decoder) and graph-replayed (BatchDecoder, every width
+    captured before timing: `capture_s`), and the largest logit difference between the two on the same inputs."""
     gen = torch.Generator().manual_seed(0)
     vocab = model.get_input_embeddings().weight.shape[0]
     prefix = torch.randint(vocab, (context,), generator=gen).tolist()
     extra = torch.randint(vocab, (k,), generator=gen).tolist()
-    out = {}
     eager, graph = Decoder(model), BatchDecoder(model, 1, context + 64, graphs=True)
     eager.step(prefix[:-1])
     graph.step({0: (prefix[:-1], [])})
+    sync(device)
+    start = time.perf_counter()
+    graph.capture_all()
+    sync(device)
+    out = {"capture_s": time.perf_counter() - start}
     for n in (1, k + 1):
         ask = (prefix, extra[:n - 1])
-        for name, call, back in (("eager", lambda: eager.step(*ask), lambda: eager.crop(context - 1)),
-                                 ("graph", lambda: graph.step({0: ask})[0], lambda: graph.ids.__setitem__(0, prefix[:-1]))):
-            times = []
-            for _ in range(reps + 3):  # three untimed: warm-up and (graph) capture
-                sync(device)
-                start = time.perf_counter()
-                logits = call()
-                sync(device)
-                times.append(time.perf_counter() - start)
-                back()
-            out[f"{name}_{n}_ms"] = 1000 * statistics.median(times[3:])
-            out[f"{name}_{n}_logits"] = logits.float()
-        out[f"max_diff_{n}"] = float((out.pop(f"eager_{n}_logits") - out.pop(f"graph_{n}_logits")).abs().max())
+        ms_e, logits_e = _median_ms(lambda: eager.step(*ask), lambda: eager.crop(context - 1), reps, device)
+        ms_g, logits_g = _median_ms(lambda: graph.step({0: ask})[0], lambda: graph.ids.__setitem__(0, prefix[:-1]),
+                                    reps, device)
+        out |= {f"eager_{n}_ms": ms_e, f"graph_{n}_ms": ms_g,
+                f"max_diff_{n}": float((logits_e.float() - logits_g.float()).abs().max())}
     return out
 
 
-def _hf_generate(model, tok, prompt_ids, tokens, **kw) -> tuple[float, int]:
+def _hf_generate(model, prompt_ids, tokens, **kw) -> tuple[float, int]:
     ids = torch.tensor([prompt_ids], device=model.device)
+    sync(model.device)
     start = time.perf_counter()
     out = model.generate(ids, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False, **kw)
     sync(model.device)
     return time.perf_counter() - start, out.shape[1] - ids.shape[1]
 
 
-def pair_speeds(target, tt, draft, dt, *, prompts: list[str], tokens: int, k: int, device: str) -> list[dict]:
-    """tokens/s and tau of every algorithm on both paths, and of transformers' generate and assisted generation."""
-    rows = []
+def hf_anchors(target, tt, draft, dt, *, prompts: list[str], tokens: int, k: int):
+    """Rows for transformers' generate: each setting warmed by the very call it then times (the first prompt,
+    the same lengths: a static cache of one fixed `max_cache_len` never recompiles), warm-up seconds reported."""
+    from xvocab.roles import prompt_ids
+
+    ids = [prompt_ids(tt, p) for p in prompts]
+    cache_len = max(map(len, ids)) + tokens + 8
+    settings = (
+        ("transformers generate (dynamic cache)", {}),
+        ("transformers generate (static cache, no compile)",
+         {"cache_implementation": "static", "max_cache_len": cache_len, "disable_compile": True}),
+        ("transformers generate (static cache, compiled)", {"cache_implementation": "static", "max_cache_len": cache_len}),
+        ("transformers assisted (k tokens, no confidence stop)",
+         {"assistant_model": draft, "tokenizer": tt, "assistant_tokenizer": dt, "num_assistant_tokens": k,
+          "num_assistant_tokens_schedule": "constant", "assistant_confidence_threshold": 0.0}),
+    )
+    for name, kw in settings:
+        try:
+            warm, _ = _hf_generate(target, ids[0], tokens, **kw)
+            wall = n = 0
+            for p in ids:
+                w, m = _hf_generate(target, p, tokens, **kw)
+                wall, n = wall + w, n + m
+            yield {"method": name, "cache": "", "tokens": n, "tokens_per_s": n / wall, "tau": None, "warmup_s": warm}
+        except Exception as err:  # an anchor that cannot run here is reported, not fatal
+            yield {"method": name, "cache": "", "error": f"{type(err).__name__}: {err}"[:200]}
+
+
+def pair_speeds(target, tt, draft, dt, *, prompts: list[str], tokens: int, k: int, device: str):
+    """tokens/s and tau of every algorithm on both paths (one row at a time, as each is measured); the graph rows
+    through one DecoderPool, every width captured before the timed calls (`capture_s`)."""
+    pool = DecoderPool()
     for cache in ("dynamic", "graph"):
         for alg in ("ar", "slem", "tli", "slrs"):
             kw = dict(target=target, target_tokenizer=tt, algorithm=alg, k=k, max_new_tokens=tokens, cache=cache)
             if alg != "ar":
                 kw.update(draft=draft, draft_tokenizer=dt)
-            xvocab.generate(prompts[0], **{**kw, "max_new_tokens": min(tokens, 8)})  # warm-up (and capture)
+            if cache == "graph":
+                kw["decoders"] = pool
+            sync(device)
+            start = time.perf_counter()
+            xvocab.generate(prompts[0], **kw)  # warm-up (the decoders sized for these calls)
+            capture = 0.0
+            if cache == "graph":
+                begin = time.perf_counter()
+                for dec in pool._kept.values():
+                    dec.capture_all()
+                sync(device)
+                capture = time.perf_counter() - begin
+            warm = time.perf_counter() - start
             sync(device)
             start, n, forwards = time.perf_counter(), 0, 0
             for p in prompts:
@@ -131,22 +188,44 @@ def pair_speeds(target, tt, draft, dt, *, prompts: list[str], tokens: int, k: in
                 n, forwards = n + len(out.token_ids), forwards + out.stats.target_forwards
             sync(device)
             wall = time.perf_counter() - start
-            rows.append({"method": f"xvocab {alg}", "cache": cache, "tokens": n, "tokens_per_s": n / wall,
-                         "tau": n / forwards})
-    from xvocab.roles import prompt_ids
+            yield {"method": f"xvocab {alg}", "cache": cache, "tokens": n, "tokens_per_s": n / wall,
+                   "tau": n / forwards, "warmup_s": warm, "capture_s": capture}
 
-    for name, kw in (("transformers generate (static cache)", {"cache_implementation": "static"}),
-                     ("transformers assisted", {"assistant_model": draft, "tokenizer": tt, "assistant_tokenizer": dt})):
-        try:
-            _hf_generate(target, tt, prompt_ids(tt, prompts[0]), min(tokens, 8), **kw)  # warm-up / compile
-            wall = n = 0
-            for p in prompts:
-                w, m = _hf_generate(target, tt, prompt_ids(tt, p), tokens, **kw)
-                wall, n = wall + w, n + m
-            rows.append({"method": name, "cache": "", "tokens": n, "tokens_per_s": n / wall, "tau": None})
-        except Exception as err:  # an anchor that cannot run here is reported, not fatal
-            rows.append({"method": name, "cache": "", "error": f"{type(err).__name__}: {err}"[:200]})
-    return rows
+
+class Report:
+    """The markdown tables, rewritten whole (atomically) after every row, beside the records appended as they come."""
+
+    def __init__(self, out: Path, header: str):
+        self.out, self.header, self.tables = out, header, {}
+
+    def add(self, table: str, head: list[str], line: str) -> None:
+        self.tables.setdefault(table, head)
+        self.tables[table] = self.tables[table] + [line]
+        print(line, flush=True)
+        body = "\n\n".join("\n".join(lines) for lines in self.tables.values())
+        records.write_atomic(self.out / "gpu_bench.md", self.header + body + "\n")
+
+
+STEP_HEAD = ["| shape | eager 1 ms | eager k+1 ms | graph 1 ms | graph k+1 ms | max diff 1 | max diff k+1 | capture s |",
+             "|---|---|---|---|---|---|---|---|"]
+
+
+def _pair_line(r: dict, costs: dict, t_name: str, d_name: str, k: int, ar: dict) -> str:
+    if "error" in r:
+        return f"| {r['method']} | | failed: {r['error']} | | | | | | | |"
+    if r["cache"] and not r["method"].endswith(" ar"):
+        key = "eager" if r["cache"] == "dynamic" else "graph"
+        ct, cd = costs[t_name], costs[d_name]
+        c = cd[f"{key}_1_ms"] / ct[f"{key}_1_ms"]
+        v = ct[f"{key}_{k + 1}_ms"] / ct[f"{key}_1_ms"]
+        bound = r["tau"] / (k * c + v)
+        speedup = r["tokens_per_s"] / ar[r["cache"]]
+        return (f"| {r['method']} | {r['cache']} | {r['tokens_per_s']:.1f} | {r['tau']:.2f} | {c:.3f} | {v:.2f} | "
+                f"{bound:.2f} | {speedup:.2f} | {speedup / bound:.2f} | {r['warmup_s']:.1f} |")
+    base = ar.get(r["cache"]) or ar.get("graph")  # transformers' rows: against xvocab's graph ar
+    tau = "" if r["tau"] is None else f"{r['tau']:.2f}"
+    return (f"| {r['method']} | {r['cache']} | {r['tokens_per_s']:.1f} | {tau} | | | | {r['tokens_per_s'] / base:.2f} "
+            f"| | {r['warmup_s']:.1f} |")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -162,6 +241,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--prompts", type=int, default=3)
+    parser.add_argument("--no-anchors", action="store_true", help="skip transformers' generate rows")
     parser.add_argument("--out", default="runs/gpu_bench")
     args = parser.parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -171,56 +251,38 @@ def main(argv: list[str] | None = None) -> dict:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     env = records.environment()
-    costs = {}
-    lines = ["| shape | eager 1 ms | eager k+1 ms | graph 1 ms | graph k+1 ms | max diff 1 | max diff k+1 |",
-             "|---|---|---|---|---|---|---|"]
+    command = " ".join(sys.argv[1:] if argv is None else argv)
+    report = Report(out, f"# gpu_bench: {env['gpu'] or env['cpu']}\n\nCommand: python -m experiments.gpu_bench "
+                         f"{command}\n\ntorch {env['torch']}, transformers {env['transformers']}, {args.dtype}\n\n")
+    models, costs = {}, {}
     for name in dict.fromkeys(args.shapes + [s for p in args.pairs for s in p.split(":")]):
-        model, _ = shaped(name, small=args.small, device=args.device, dtype=dtype)
-        c = costs[name] = step_costs(model, k=args.k, context=args.context, reps=args.reps, device=args.device)
-        records.append(out / "records.jsonl", {"part": "step", "shape": name, **c, **vars(args), **env})
-        lines.append(f"| {name} | {c['eager_1_ms']:.2f} | {c[f'eager_{args.k + 1}_ms']:.2f} | {c['graph_1_ms']:.2f} | "
-                     f"{c[f'graph_{args.k + 1}_ms']:.2f} | {c['max_diff_1']:.2g} | {c[f'max_diff_{args.k + 1}']:.2g} |")
-        print(lines[-1], flush=True)
-        del model
-    tables = ["\n".join(lines)]
+        start = time.perf_counter()
+        models[name] = shaped(name, small=args.small, device=args.device, dtype=dtype)
+        built = time.perf_counter() - start
+        c = costs[name] = step_costs(models[name][0], k=args.k, context=args.context, reps=args.reps,
+                                     device=args.device)
+        records.append(out / "records.jsonl", {"part": "step", "shape": name, "build_s": built, **c, **vars(args), **env})
+        n = args.k + 1
+        report.add("steps", STEP_HEAD, f"| {name} | {c['eager_1_ms']:.2f} | {c[f'eager_{n}_ms']:.2f} | {c['graph_1_ms']:.2f} "
+                   f"| {c[f'graph_{n}_ms']:.2f} | {c['max_diff_1']:.2g} | {c[f'max_diff_{n}']:.2g} | {c['capture_s']:.2f} |")
     gen = torch.Generator().manual_seed(0)
     for pair in args.pairs:
         t_name, d_name = pair.split(":")
-        target, tt = shaped(t_name, small=args.small, device=args.device, dtype=dtype)
-        draft, dt = shaped(d_name, small=args.small, device=args.device, dtype=dtype)
+        (target, tt), (draft, dt) = models[t_name], models[d_name]
         words = [tt.decode([i]) for i in torch.randint(1000, 20000, (args.prompts * 24,), generator=gen).tolist()]
         prompts = ["".join(words[i * 24:(i + 1) * 24]) for i in range(args.prompts)]
+        head = [f"{pair} ({args.dtype}, random weights, {args.tokens} tokens, k={args.k}, {args.prompts} prompts)\n",
+                "| method | cache | tok/s | tau | c | v | bound tau/(kc+v) | speedup over ar | efficiency | warm-up s |",
+                "|---|---|---|---|---|---|---|---|---|---|"]
+        ar: dict[str, float] = {}
         rows = pair_speeds(target, tt, draft, dt, prompts=prompts, tokens=args.tokens, k=args.k, device=args.device)
-        lines = [f"\n{pair} ({args.dtype}, random weights, {args.tokens} tokens, k={args.k})\n",
-                 "| method | cache | tok/s | tau | c | v | bound tau/(kc+v) | speedup over ar | efficiency |",
-                 "|---|---|---|---|---|---|---|---|---|"]
-        ar = {r["cache"]: r["tokens_per_s"] for r in rows if r["method"] == "xvocab ar"}
+        if not args.no_anchors:
+            rows = itertools.chain(rows, hf_anchors(target, tt, draft, dt, prompts=prompts, tokens=args.tokens, k=args.k))
         for r in rows:
             records.append(out / "records.jsonl", {"part": "pair", "pair": pair, **r, **vars(args), **env})
-            if "error" in r:
-                lines.append(f"| {r['method']} | | failed: {r['error']} | | | | | | |")
-                continue
-            cost_key = "eager" if r["cache"] == "dynamic" else "graph"
-            if r["cache"] and not r["method"].endswith(" ar"):
-                ct, cd = costs[t_name], costs[d_name]
-                c = cd[f"{cost_key}_1_ms"] / ct[f"{cost_key}_1_ms"]
-                v = ct[f"{cost_key}_{args.k + 1}_ms"] / ct[f"{cost_key}_1_ms"]
-                bound = r["tau"] / (args.k * c + v)
-                speedup = r["tokens_per_s"] / ar[r["cache"]]
-                lines.append(f"| {r['method']} | {r['cache']} | {r['tokens_per_s']:.1f} | {r['tau']:.2f} | {c:.3f} | "
-                             f"{v:.2f} | {bound:.2f} | {speedup:.2f} | {speedup / bound:.2f} |")
-            else:
-                base = ar.get(r["cache"]) or ar.get("graph")  # transformers' rows: against xvocab's graph ar
-                tau = "" if r["tau"] is None else f"{r['tau']:.2f}"
-                lines.append(f"| {r['method']} | {r['cache']} | {r['tokens_per_s']:.1f} | {tau} | | | | "
-                             f"{r['tokens_per_s'] / base:.2f} | |")
-        tables.append("\n".join(lines))
-        print(tables[-1], flush=True)
-        del target, draft
-    text = (f"# gpu_bench: {env['gpu'] or env['cpu']}\n\nCommand: python -m experiments.gpu_bench "
-            f"{' '.join(sys.argv[1:] if argv is None else argv)}\n\n" + "\n".join(tables) + "\n")
-    records.write_atomic(out / "gpu_bench.md", text)
-    print(text)
+            if r["method"] == "xvocab ar":
+                ar[r["cache"]] = r["tokens_per_s"]
+            report.add(pair, head, _pair_line(r, costs, t_name, d_name, args.k, ar))
     return costs
 
 

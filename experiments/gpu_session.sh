@@ -1,23 +1,50 @@
 #!/usr/bin/env bash
-# One GPU session (issue 14): the gpu-marked tests, then experiments.gpu_bench, in one go (a few minutes on one GPU).
+# One GPU session: install what gpu_carry/ brings, check versions and assets, then the gpu-marked tests and
+# experiments.gpu_bench, every log kept whole under $OUT. About 5 minutes on one H200 (limits below), leaving
+# room for a rerun in a 15-minute lease.
 #
-# Here first:   make gpu-carry       # gpu_carry/: transformers 5.24 + regex wheels, the tokenizers the tests and
-#                                    #   the benchmark read (git-ignored; about 20 MB)
-# On the GPU (the device tool, from the repository root, carrying gpu_carry):
+# Here first:   make gpu-carry        # gpu_carry/: transformers 5.24 + huggingface-hub wheels for Python 3.12,
+#                                     #   the tokenizers the tests and the benchmark read; fails above 60 MiB
+# Dry run here: DEVICE=cpu OUT=runs/gpu_session_cpu bash experiments/gpu_session.sh
+# On the GPU (the device tool, from the repository root, carry ["gpu_carry"]):
 #               OUT=$OUT bash experiments/gpu_session.sh
-# OUT receives versions.txt, gpu_tests.txt, gpu_bench.md/.txt and records.jsonl.
+# OUT receives session.log (what ran, when, each step's exit status), install.log, preflight.txt, gpu_tests.txt,
+# gpu_bench.txt, gpu_bench.md and records.jsonl.
 set -uo pipefail
 OUT=${OUT:-runs/gpu_session}
-mkdir -p "$OUT" /tmp/site /tmp/xvocab-cache
-if ls gpu_carry/wheels/*.whl > /dev/null 2>&1; then
-  pip install -q --no-index --no-deps --target /tmp/site gpu_carry/wheels/*.whl
+DEVICE=${DEVICE:-cuda}
+mkdir -p "$OUT"
+log() { echo "[$(date +%T)] $*" | tee -a "$OUT/session.log"; }
+step() {  # step NAME LIMIT_S LOGFILE CMD...: run with a time limit, the whole output kept in LOGFILE
+  local name=$1 limit=$2 file=$3; shift 3
+  log "start $name (limit ${limit}s)"
+  timeout "$limit" "$@" > "$OUT/$file" 2>&1
+  local rc=$?
+  log "end $name: exit $rc ($(wc -l < "$OUT/$file") lines in $file)"
+  return $rc
+}
+
+if [ ! -f gpu_carry/manifest.json ]; then
+  log "gpu_carry/manifest.json is missing: run 'make gpu-carry' here and carry gpu_carry"; exit 3
 fi
-if [ -f gpu_carry/xvocab-cache.tar.gz ]; then
-  tar xzf gpu_carry/xvocab-cache.tar.gz -C /tmp/xvocab-cache
-  export XVOCAB_CACHE=/tmp/xvocab-cache
+SITE=$(mktemp -d)/site
+export PYTHONDONTWRITEBYTECODE=1
+step install 120 install.log python3 -m pip install --no-index --no-deps --no-compile --disable-pip-version-check \
+  --target "$SITE" gpu_carry/wheels/*.whl || { log "installing the carried wheels failed"; exit 3; }
+CACHE=$(mktemp -d)/xvocab-cache
+mkdir -p "$CACHE" && tar xJf gpu_carry/xvocab-cache.tar.xz -C "$CACHE" || { log "unpacking the cache failed"; exit 3; }
+export PYTHONPATH=$SITE:$PWD XVOCAB_CACHE=$CACHE XVOCAB_OFFLINE=1
+step preflight 120 preflight.txt python3 -m experiments.gpu_carry --preflight --device "$DEVICE" \
+  || { cat "$OUT/preflight.txt"; log "preflight failed: nothing else runs"; exit 4; }
+cat "$OUT/preflight.txt"
+
+step gpu-tests 150 gpu_tests.txt python3 -m pytest -q -m gpu tests/test_cuda.py -p no:cacheprovider -s -rs
+tail -5 "$OUT/gpu_tests.txt"
+if [ "$DEVICE" = cpu ]; then  # a check of the script itself: the benchmark's code paths on two-layer shapes
+  BENCH=(--device cpu --dtype float32 --small --tokens 8 --prompts 1 --reps 2)
+else
+  BENCH=()
 fi
-export PYTHONPATH=/tmp/site:$PWD
-python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__,
-torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no CUDA')" | tee "$OUT/versions.txt"
-timeout 240 python3 -m pytest -q -m gpu tests/test_cuda.py -p no:cacheprovider -s 2>&1 | tail -40 | tee "$OUT/gpu_tests.txt"
-timeout 330 python3 -m experiments.gpu_bench --out "$OUT" 2>&1 | tail -60 | tee "$OUT/gpu_bench.txt"
+step gpu-bench 240 gpu_bench.txt python3 -m experiments.gpu_bench --out "$OUT" "${BENCH[@]}"
+cat "$OUT/gpu_bench.md" 2>/dev/null
+log "session done"

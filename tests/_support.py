@@ -85,3 +85,100 @@ def policy_costs(draft_s, target_s, k=4, sizes=(1, 4)):
 def flipping_policy() -> Policy:
     """A policy whose choice swings with the last round's acceptance: k = 0, short and long drafts all occur."""
     return Policy(policy_costs(0.25, 1.0, sizes=(1, 2, 4)), prior=0.5, window=1, probe_every=2)
+
+
+# ------------------------------------------------------------------ host <-> device traffic, counted on the CPU
+
+class TransferCounter(torch.overrides.TorchFunctionMode):
+    """Counts, on the CPU, every call that would block the host on CUDA (xvocab.host):
+
+    * reads: xvocab.host.read / argmax_ids, one each (the tensor operations inside them are that read);
+    * stray: any other read of a tensor's values (item, tolist, bool, int, float, index, numpy, cpu), an upload of
+      Python data (torch.tensor / as_tensor given a device) or indexing with a Python list (an index upload);
+    * replayed: stray calls inside xvocab.host.device_side(), which on CUDA is a graph replay: any there would
+      break capture (and cannot happen at replay, so they are kept apart from the step's count).
+
+    `marks` split the count into intervals: `mark(label)` closes the running interval under that label."""
+
+    READS = {torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__bool__, torch.Tensor.__int__,
+             torch.Tensor.__float__, torch.Tensor.__index__, torch.Tensor.numpy, torch.Tensor.cpu}
+    UPLOADS = {torch.tensor, torch.as_tensor}
+
+    def __init__(self):
+        super().__init__()
+        self.stray: list[str] = []
+        self.replayed: list[str] = []
+        self.intervals: list[tuple[str, int]] = []  # (label, blocking transfers since the previous mark)
+        self._reads0 = self._open = 0
+
+    def __enter__(self):
+        from xvocab import host
+
+        self._reads0 = host.STATE.reads
+        return super().__enter__()
+
+    @property
+    def reads(self) -> int:
+        from xvocab import host
+
+        return host.STATE.reads - self._reads0
+
+    @property
+    def blocking(self) -> int:
+        return self.reads + len(self.stray)
+
+    def mark(self, label: str) -> None:
+        self.intervals.append((label, self.blocking - self._open))
+        self._open = self.blocking
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        from xvocab import host
+
+        kwargs = kwargs or {}
+        if not host.STATE.reading:
+            what = None
+            if func in self.READS:
+                what = func.__name__
+            elif func in self.UPLOADS and kwargs.get("device") is not None:
+                what = f"{func.__name__}(device=)"
+            elif func is torch.Tensor.__getitem__ and _holds_list(args[1]):
+                what = "index with a list"
+            if what is not None:
+                import traceback
+
+                frame = next((f for f in reversed(traceback.extract_stack()[:-1]) if "/xvocab/" in f.filename),
+                             None)
+                where = f"{what} at {frame.filename.rsplit('/xvocab/', 1)[-1]}:{frame.lineno}" if frame else what
+                (self.replayed if host.STATE.device_side else self.stray).append(where)
+        return func(*args, **kwargs)
+
+
+def _holds_list(index) -> bool:
+    return isinstance(index, list) or (isinstance(index, tuple) and any(isinstance(i, list) for i in index))
+
+
+def count_transfers(monkeypatch) -> TransferCounter:
+    """A TransferCounter (use it as a context manager) whose intervals end at every BatchDecoder.step: an
+    interval labelled "fixed" is one fixed-shape step (a graph replay on CUDA), "wide" one wider step (a
+    prompt's prefill, run eagerly everywhere), "between" what happened since the previous step (a drafter
+    reading its token, a verification reading the target's choices, the host's own work)."""
+    from xvocab.batch_kv import BatchDecoder
+
+    counter = TransferCounter()
+    step, fixed = BatchDecoder.step, BatchDecoder._fixed
+    calls = [0]
+
+    def counted_fixed(self, *args):
+        calls[0] += 1
+        return fixed(self, *args)
+
+    def counted(self, asks):
+        counter.mark("between")
+        before = calls[0]
+        out = step(self, asks)
+        counter.mark("fixed" if calls[0] > before else "wide")
+        return out
+
+    monkeypatch.setattr(BatchDecoder, "step", counted)
+    monkeypatch.setattr(BatchDecoder, "_fixed", counted_fixed)
+    return counter

@@ -150,3 +150,46 @@ def test_models_whose_cache_cannot_roll_back_are_refused():
     hybrid.config.layer_types = ["full_attention", "linear_attention"]  # as Qwen3-Next declares its layers
     with pytest.raises(UnsupportedModelError, match="linear_attention"):
         kv.check_rollback(hybrid)
+
+
+class _OldForward(torch.nn.Module):
+    """A stand-in for a transformers 5.0-5.23 model: the KV cache is `past_key_values`, and an unknown `cache=`
+    would vanish into **kwargs (every forward then sees only its new tokens, silently)."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner, self.config = inner, inner.config
+
+    def get_input_embeddings(self):
+        return self.inner.get_input_embeddings()
+
+    def get_output_embeddings(self):
+        return self.inner.get_output_embeddings()
+
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None, use_cache=None,
+                logits_to_keep=0, **kwargs):
+        return self.inner(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                          cache=past_key_values, use_cache=use_cache, logits_to_keep=logits_to_keep)
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "static", "graph"])
+def test_a_model_taking_past_key_values_is_refused_naming_the_version(qwen, cache):
+    from xvocab.batch_kv import BatchDecoder
+
+    model, tok = qwen
+    old = _OldForward(model)
+    with pytest.raises(UnsupportedModelError, match=r"transformers>=5\.24"):
+        generate(PROMPT, target=old, target_tokenizer=tok, algorithm="ar", max_new_tokens=2, cache=cache)
+    with pytest.raises(UnsupportedModelError, match="past_key_values"):
+        BatchDecoder(old, 1)
+    # Control: the same model as it is (its forward takes cache=) decodes.
+    assert len(generate(PROMPT, target=model, target_tokenizer=tok, algorithm="ar", max_new_tokens=2,
+                        cache=cache).token_ids) == 2
+
+
+def test_the_transformers_floor_is_stated_once_in_pyproject():
+    import tomllib
+    from pathlib import Path
+
+    deps = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())["project"]
+    assert f"transformers>={kv.TRANSFORMERS_FLOOR},<6" in deps["dependencies"]

@@ -187,7 +187,7 @@ def test_greedy_verify_equals_both_rules_on_one_hot_distributions():
             proposed[: n // 2 + 1] = logits[: n // 2 + 1].argmax(-1)
         p = logits_to_probs(logits, SamplingParams())           # one-hot at the argmax
         r = torch.nn.functional.one_hot(proposed, 9).float()    # a greedy draft's distribution
-        expected = greedy_verify(logits, proposed)
+        expected = greedy_verify(logits, proposed.tolist())
         assert rejection_verify(p, r, proposed, torch.Generator().manual_seed(trial)) == expected
         assert exact_match_verify(p, proposed, torch.Generator().manual_seed(trial)) == expected
 

@@ -31,7 +31,7 @@ def test_real_model_greedy_continuation_is_known_good(name):
 
 
 def test_model_names_and_unknown_model():
-    assert xvocab.zoo.model_names() == ["gemma-3-270m", "smollm2-135m"]
+    assert xvocab.zoo.model_names() == ["gemma-3-270m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b", "smollm2-135m"]
     with pytest.raises(UnknownNameError, match="gemma-3-270m"):
         xvocab.zoo.model("gemma-270m")
 
@@ -181,3 +181,53 @@ def test_zoo_imports_run_one_way():
 
     assert not imported(tokenizers) & {"xvocab.zoo.models", "xvocab.zoo.names", "xvocab.zoo"}
     assert not imported(models) & {"xvocab.zoo.names", "xvocab.zoo"}
+
+
+def test_offline_mode_fails_at_once_instead_of_downloading(offline_index, monkeypatch):
+    wheel = _fake_wheel(offline_index)
+    pkg = cache.Package("xvocab-fake-asset", "1.0", wheel.name, cache.sha256_of(wheel))
+    monkeypatch.setenv(cache.OFFLINE_ENV, "1")
+    with pytest.raises(AssetError, match="XVOCAB_OFFLINE"):
+        cache.fetch(pkg)  # (the local index would have served it)
+    assert not (cache.cache_dir() / "packages" / wheel.name).exists()
+    monkeypatch.delenv(cache.OFFLINE_ENV)
+    assert cache.fetch(pkg).read_bytes() == wheel.read_bytes()  # control: allowed to download, it does
+
+
+def _chunk_wheel(directory, dist, i, payload: bytes):
+    name = f"{dist.replace('-', '_')}_part{i}"
+    path = directory / f"{name}-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr(f"{name}/data/part{i:02d}.bin", payload)
+        zf.writestr(f"{name}-1.0.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {dist}-part{i}\nVersion: 1.0\n")
+        zf.writestr(f"{name}-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nTag: py3-none-any\n")
+        zf.writestr(f"{name}-1.0.dist-info/RECORD", "")
+    return path
+
+
+@pytest.mark.parametrize("damage", [None, "truncated", "corrupt"])
+def test_a_gguf_in_chunks_assembles_and_a_bad_chunk_is_named(offline_index, monkeypatch, damage):
+    """A GGUF cut into wheels (as the Qwen models ship) assembles straight from the wheels, checked by size and
+    sha256; a short or altered chunk is refused with a message naming the check and the fix, leaving nothing."""
+    import hashlib
+
+    from xvocab.zoo import assets, models
+
+    chunks = [b"GGUF" + bytes(range(200)), bytes(range(100, 250)) * 3]
+    whole = b"".join(chunks)
+    if damage == "truncated":
+        chunks[1] = chunks[1][:-7]
+    elif damage == "corrupt":
+        chunks[1] = chunks[1][:-1] + b"\x00"
+    wheels = [_chunk_wheel(offline_index, "xvocab-fake-model", i + 1, c) for i, c in enumerate(chunks)]
+    packages = {f"fake-part{i + 1}": cache.Package(f"xvocab-fake-model-part{i + 1}", "1.0", w.name, cache.sha256_of(w))
+                for i, w in enumerate(wheels)}
+    monkeypatch.setattr(assets, "PACKAGES", packages)
+    spec = models._chunked("fake", 2, "fake.gguf", hashlib.sha256(whole).hexdigest(), len(whole))
+    monkeypatch.setitem(models.MODELS, "fake-model", spec)
+    if damage is None:
+        assert models._gguf_path("fake-model").read_bytes() == whole
+        return
+    with pytest.raises(AssetError, match="bytes, expected" if damage == "truncated" else "sha256"):
+        models._gguf_path("fake-model")
+    assert not (cache.cache_dir() / "models" / "gguf" / "fake.gguf").exists()

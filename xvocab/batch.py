@@ -33,7 +33,7 @@ from xvocab import defaults, engine
 from xvocab.algorithms import DraftContext, Proposal
 from xvocab.algorithms.common import Side
 from xvocab.alignment.translate import common_prefix_length
-from xvocab.batch_kv import BUCKETS, BatchDecoder
+from xvocab.batch_kv import BUCKETS, BatchDecoder, DecoderPool
 from xvocab.errors import ConfigError
 from xvocab.pair import head_device, prepare
 from xvocab.roles import prompt_ids
@@ -82,7 +82,7 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
                    draft_confidence: float = defaults.DRAFT_CONFIDENCE, draft_encoding: str | None = None,
                    policy=None, graphs: bool = False, draft_temperature: float | None = defaults.DRAFT_TEMPERATURE,
                    batch_size: int | None = None, on_finish=None, coupling: str = defaults.COUPLING,
-                   progress: bool = False) -> list[engine.Output]:
+                   progress: bool = False, decoders: DecoderPool | None = None) -> list[engine.Output]:
     """Continue every prompt of `prompts` with `target`, drafted by `draft` through `algorithm`, as one batch.
 
     Row i is decoded as `xvocab.generate(prompts[i], ..., seed=seed + i)` would decode it (module docstring;
@@ -93,7 +93,8 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
     `on_finish(i, output, seconds)` is called as row i finishes, `seconds` after the call began (a runner
     writes its records then). Returns one Output per prompt, in order; each Output's stats are that row's (its
     wall time runs from its slot to its last token). `graphs`: steps of fixed shapes, replayed from CUDA
-    graphs on a GPU (xvocab.batch_kv.BatchDecoder); the same outputs.
+    graphs on a GPU (xvocab.batch_kv.BatchDecoder); the same outputs. `decoders` (an xvocab.batch_kv.DecoderPool)
+    keeps both models' decoders from call to call: graphs captured once serve every later call.
     """
     if isinstance(prompts, str) or not prompts:
         raise ConfigError("generate_batch takes a non-empty list of prompts; use xvocab.generate for one prompt")
@@ -117,8 +118,8 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
     t_prompts = [prompt_ids(target_tokenizer, p) for p in prompts]
     for ids in t_prompts:
         engine._check_context(target, len(ids), max_new_tokens)
-    t_dec = BatchDecoder(target, slots, max(map(len, t_prompts)) + max_new_tokens + k + BUCKETS[-1],
-                         graphs=graphs)
+    decoder = (decoders or DecoderPool()).get  # (a fresh pool: decoders for this call alone)
+    t_dec = decoder("target", target, slots, max(map(len, t_prompts)) + max_new_tokens + k + BUCKETS[-1], graphs)
     d_dec = None
     rows = []
     for i, (prompt, t_prompt) in enumerate(zip(prompts, t_prompts)):
@@ -131,9 +132,8 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
                            tape=engine.noise_tape(coupling, algorithm, params, seeds[i], target, device))
         rows.append(_Row(i, t_side, d_side, ctx, generator, Stats(k=k), speculating))
     if speculating:
-        d_dec = BatchDecoder(draft, slots,
-                             max(len(r.d_side.prompt) for r in rows) + 2 * (max_new_tokens + k) + BUCKETS[-1],
-                             graphs=graphs)
+        d_dec = decoder("draft", draft, slots,
+                        max(len(r.d_side.prompt) for r in rows) + 2 * (max_new_tokens + k) + BUCKETS[-1], graphs)
     eos = pair.eos
     bar = _bar(progress, len(prompts) * max_new_tokens)
     waiting, free = list(rows), list(range(slots))

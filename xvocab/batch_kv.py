@@ -23,7 +23,8 @@ from __future__ import annotations
 import torch
 
 from xvocab.alignment.translate import common_prefix_length
-from xvocab.kv import check_rollback, checked_sequence, grow_layer
+from xvocab.host import Upload, device_side
+from xvocab.kv import check_model, checked_sequence, grow_layer
 from xvocab.packed_linear import packed_linears
 
 
@@ -83,7 +84,7 @@ class BatchDecoder:
     computation runs eagerly: the CPU tests prove the padding, the GPU tests prove the replays."""
 
     def __init__(self, model, rows: int, capacity: int = 256, graphs: bool = False, capture: bool = True):
-        check_rollback(model)
+        check_model(model)
         self.model = model
         self.n_rows = rows
         config = model.config.get_text_config(decoder=True)
@@ -101,18 +102,27 @@ class BatchDecoder:
         self.row_tokens = [0] * rows    # per row: positions computed for it
         self.row_forwards = [0] * rows  # per row: forwards it took part in
         self.device = model.get_input_embeddings().weight.device
+        # What padding positions feed (their states land past a row's length, their logits are dropped): the
+        # config's pad id where it is an embedding row (a config copied from another vocabulary may name one past
+        # this model's rows), else 0.
+        pad, n_ids = config.pad_token_id, model.get_input_embeddings().weight.shape[0]
+        self.pad = pad if isinstance(pad, int) and 0 <= pad < n_ids else 0
         self.graphs = graphs
         self.capture = capture  # False: fixed shapes run eagerly on CUDA too (the reference replays are tested against)
-        self._graphs: dict[int, tuple] = {}  # width -> (graph, static ids, static slots, static logits)
+        # Fixed-shape steps read their inputs from buffers allocated once and never replaced (a CUDA graph holds
+        # their addresses; a tensor freed while a graph reads it would be reused by the allocator for anything).
+        self._all_rows = torch.arange(rows, device=self.device)            # [rows]
+        self._inputs: dict[int, tuple[Upload, Upload]] = {}  # width -> (ids, slots), each [rows, width]
+        self._graphs: dict[int, tuple] = {}  # width -> (graph, static logits)
         self._pool = None                    # the graphs' shared memory pool
-        self._all_rows = None
 
     def _grow(self, n: int) -> None:
         capacity = max(n, min(2 * self.capacity, self.limit or 2 * self.capacity))
         for layer in self.cache.layers:
             grow_layer(layer, capacity)
         self.capacity = self.plan["capacity"] = capacity
-        self._graphs.clear()  # captured over the old buffers: recaptured on next use
+        self._graphs.clear()  # captured over the old buffers: recaptured on next use, in a fresh pool
+        self._pool = None
 
     def _mask(self, slots: torch.Tensor, sliding: bool) -> torch.Tensor:
         """[b, 1, q, capacity]: query at slot s sees slots <= s (and > s - window when sliding)."""
@@ -154,19 +164,20 @@ class BatchDecoder:
         need = max(s + width for s in starts)
         if need > self.capacity:
             self._grow(need)
-        pad = self.model.config.get_text_config(decoder=True).pad_token_id or 0
-        ids = torch.tensor([f + [pad] * (width - len(f)) for f in feeds], dtype=torch.long, device=self.device)
-        slots = torch.tensor(starts, device=self.device)[:, None] + torch.arange(width, device=self.device)  # [b, q]
+        padded = [f + [self.pad] * (width - len(f)) for f in feeds]
         if bucket is not None:
-            logits = self._fixed(ids, slots)                                              # [rows, bucket, V]
-            where = {j: j for j in range(width)}
+            logits = self._fixed(padded, starts)                                           # [rows, bucket, V]
+            first = [len(f) - w for f, w in zip(feeds, wants)]  # column of each row's first logit row
         else:
+            ids = torch.tensor(padded, dtype=torch.long, device=self.device)
+            slots = torch.tensor(starts, device=self.device)[:, None] + torch.arange(width, device=self.device)  # [b, q]
             self.plan.update(rows=torch.tensor(rows, device=self.device), slots=slots,
                              all=rows == list(range(self.n_rows)))
             # Only the columns some row reads are projected onto the vocabulary (a prompt's prefill would
             # otherwise cost q x V per row): their union, then each row picks its own.
             cols = sorted({j for f, w in zip(feeds, wants) for j in range(len(f) - w, len(f))})
             where = {j: i for i, j in enumerate(cols)}
+            first = [where[len(f) - w] for f, w in zip(feeds, wants)]  # a row's columns are consecutive in cols
             logits = self._forward(ids, slots, torch.tensor(cols, device=self.device))    # [b, len(cols), V]
         self.forwards += 1
         self.tokens_fed += sum(map(len, feeds))
@@ -174,8 +185,8 @@ class BatchDecoder:
             if r in asks:
                 self.row_tokens[r] += len(f)
                 self.row_forwards[r] += 1
-        return {r: logits[i, [where[j] for j in range(len(f) - w, len(f))]]
-                for i, (r, f, w) in enumerate(zip(rows, feeds, wants)) if r in asks}
+        # Contiguous slices (views): indexing a device tensor with a Python list would upload the list, blocking.
+        return {r: logits[i, a:a + w] for i, (r, a, w) in enumerate(zip(rows, first, wants)) if r in asks}
 
     def _forward(self, ids: torch.Tensor, slots: torch.Tensor, keep) -> torch.Tensor:
         """The model over ids [b, q] at slots [b, q] (the plan set), masks built from the slots; logits of `keep`."""
@@ -185,44 +196,90 @@ class BatchDecoder:
             return self.model(input_ids=ids, attention_mask=mask, position_ids=slots, cache=self.cache,
                               use_cache=True, logits_to_keep=keep).logits
 
-    def _fixed(self, ids: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
-        """A fixed-shape step over every row: on CUDA replayed from a graph captured once per width (the inputs
-        copied into its static buffers), elsewhere the same computation run eagerly. Returns a copy."""
-        q = ids.shape[1]
-        if self.device.type != "cuda" or not self.capture:
-            self.plan.update(rows=torch.arange(self.n_rows, device=self.device), slots=slots, all=True)
-            return self._forward(ids, slots, q)
-        graph = self._graphs.get(q)
-        if graph is None:
-            graph = self._graphs[q] = self._capture(ids, slots)
-        g, static_ids, static_slots, static_out = graph
-        static_ids.copy_(ids)
-        static_slots.copy_(slots)
+    def _fixed(self, ids: list[list[int]], starts: list[int]) -> torch.Tensor:
+        """A fixed-shape step over every row (ids [rows][q], each row's first slot): its inputs uploaded without
+        blocking into the width's buffers, then on CUDA replayed from a graph captured once per width, elsewhere
+        the same computation run eagerly. Returns logits [rows, q, V], a copy."""
+        q = len(ids[0])
+        if q not in self._inputs:
+            self._inputs[q] = (Upload((self.n_rows, q), self.device), Upload((self.n_rows, q), self.device))
+        up_ids, up_slots = self._inputs[q]
+        static_ids = up_ids.write(torch.tensor(ids, dtype=torch.long))
+        static_slots = up_slots.write(torch.tensor(starts, dtype=torch.long)[:, None] + torch.arange(q))
         self.plan.update(rows=self._all_rows, slots=static_slots, all=True)
-        g.replay()
+        if self.device.type != "cuda" or not self.capture or not self._allocated():
+            # (on CUDA, the first step runs eagerly: the KV buffers are allocated on the default stream, before
+            # any capture or its side-stream warm-up)
+            with device_side():
+                return self._forward(static_ids, static_slots, q)
+        if q not in self._graphs:
+            self._graphs[q] = self._capture(static_ids, static_slots)
+        graph, static_out = self._graphs[q]
+        graph.replay()
         return static_out.clone()
 
-    def _capture(self, ids: torch.Tensor, slots: torch.Tensor):
-        """Capture the fixed-shape step of width ids.shape[1] as a CUDA graph over static input buffers.
+    def _allocated(self) -> bool:
+        return all(layer.is_initialized for layer in self.cache.layers)
+
+    def _capture(self, static_ids: torch.Tensor, static_slots: torch.Tensor):
+        """(graph, its output buffer): the fixed-shape step over the width's input buffers, captured on CUDA.
 
         Warm-up runs on a side stream first (cuBLAS workspaces, lazy allocations), as torch.cuda.graphs asks;
-        they write the current rows' padding slots only (past every row's length), so no state changes."""
-        static_ids, static_slots = ids.clone(), slots.clone()
-        self._all_rows = torch.arange(self.n_rows, device=self.device)
-        self.plan.update(rows=self._all_rows, slots=static_slots, all=True)
-        q = ids.shape[1]
+        like the capture itself it writes the states of the step's own inputs at the step's own slots (past every
+        row's kept length): the step that follows computes and writes the same, so no state changes."""
+        q = static_ids.shape[1]
         stream = torch.cuda.Stream(self.device)
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream):
             for _ in range(2):
                 self._forward(static_ids, static_slots, q)
         torch.cuda.current_stream(self.device).wait_stream(stream)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, pool=self._pool):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool):
             static_out = self._forward(static_ids, static_slots, q)
-        self._pool = g.pool()
-        return g, static_ids, static_slots, static_out
+        self._pool = graph.pool()
+        return graph, static_out
 
     def drop(self, row: int) -> None:
         """Forget row `row`'s states (a finished sequence); its slots are reused by whatever it asks next."""
         self.ids[row] = []
+
+    @torch.inference_mode()
+    def capture_all(self) -> None:
+        """Capture every fixed width now (CUDA; elsewhere each width runs once eagerly), so that no later step
+        pays for a capture. The steps feed padding past every row's end: no row's states change."""
+        need = max(map(len, self.ids)) + BUCKETS[-1]
+        if need > self.capacity:
+            self._grow(need)
+        starts = [len(ids) for ids in self.ids]
+        if not self._allocated():
+            self._fixed([[self.pad]] * self.n_rows, starts)  # allocates the KV buffers (eagerly)
+        for q in BUCKETS:
+            self._fixed([[self.pad] * q] * self.n_rows, starts)
+
+
+class DecoderPool:
+    """BatchDecoders kept from one call of xvocab.generate_batch (or generate(cache="graph")) to the next, so that
+    a model's CUDA graphs are captured once and replayed for every later prompt (a capture costs far more than a
+    step). `get` hands back the kept decoder of the same model, rows and graphs setting, its rows emptied and its
+    capacity grown if the call needs more (which recaptures), or builds one.
+
+    Invariant: a decoder handed out holds no row's states, so a call's outputs do not depend on the calls before
+    (tests/test_batch.py decodes through a pool and alone)."""
+
+    def __init__(self):
+        self._kept: dict[tuple, BatchDecoder] = {}
+
+    def get(self, role: str, model, rows: int, capacity: int, graphs: bool) -> BatchDecoder:
+        """The decoder for `role` ("target" or "draft": one model may play both) of `model`."""
+        key = (role, id(model), rows, graphs)
+        dec = self._kept.get(key)
+        if dec is None or dec.model is not model:
+            dec = self._kept[key] = BatchDecoder(model, rows, capacity, graphs=graphs)
+            return dec
+        for row in range(rows):
+            dec.drop(row)
+        wanted = min(capacity, dec.limit) if dec.limit else capacity
+        if wanted > dec.capacity:
+            dec._grow(wanted)
+        return dec

@@ -93,9 +93,9 @@ def verify_proposal(logits: torch.Tensor, proposal: Proposal, params: SamplingPa
     samples are races on its noise at continuation positions `position`, ...) or rejection sampling (sd, tli,
     slrs)."""
     device = logits.device
+    if params.greedy:  # the target's choices read once and compared on the host, which knows the proposal
+        return greedy_verify(logits, proposal.ids)
     proposed = torch.tensor(proposal.ids, dtype=torch.long, device=device)
-    if params.greedy:
-        return greedy_verify(logits, proposed)
     if proposal.probs is None:
         if tape is not None:
             return coupled_exact_match_verify(ProbRows(logits, params), proposed, tape, position)
@@ -111,7 +111,8 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
              temperature: float = defaults.TEMPERATURE, top_k: int = defaults.TOP_K, top_p: float = defaults.TOP_P,
              seed: int = defaults.SEED, draft_confidence: float = defaults.DRAFT_CONFIDENCE,
              draft_encoding: str | None = None, cache: str = defaults.CACHE,
-             draft_temperature: float | None = defaults.DRAFT_TEMPERATURE, coupling: str = defaults.COUPLING) -> Output:
+             draft_temperature: float | None = defaults.DRAFT_TEMPERATURE, coupling: str = defaults.COUPLING,
+             decoders=None) -> Output:
     """Continue `prompt` with `target`, drafted by `draft` through `algorithm`; lossless for every algorithm.
 
     `draft_confidence` > 0 stops a draft early, after a token the draft itself gives less than that
@@ -136,9 +137,14 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
     DynamicCache, the reference) or `static` (pre-allocated buffers rolled back by length: the shapes
     CUDA graphs need) or `graph` (steps of a few fixed shapes over such buffers, each captured once as a CUDA
     graph and replayed on a GPU: xvocab.batch_kv.BatchDecoder; run eagerly elsewhere). Same output either way.
+    With `cache="graph"`, `decoders` (an xvocab.batch_kv.DecoderPool) keeps the decoders and their captured
+    graphs for the next call (pass the same pool to every call over the same models).
     """
     if cache not in CACHES + ("graph",):
         raise ConfigError(f"cache={cache!r}; choose one of {', '.join(CACHES + ('graph',))}")
+    if decoders is not None and cache != "graph":
+        raise ConfigError(f"decoders= keeps graph decoders between calls, but cache={cache!r}; pass cache='graph' "
+                          f"or leave decoders out")
     if cache == "graph":  # fixed-shape steps over one static buffer, CUDA graphs on a GPU: the batch engine's path
         from xvocab.batch import generate_batch
 
@@ -146,7 +152,7 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
                               draft_tokenizer=draft_tokenizer, algorithm=algorithm, k=k, max_new_tokens=max_new_tokens,
                               temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
                               draft_confidence=draft_confidence, draft_encoding=draft_encoding, graphs=True,
-                              draft_temperature=draft_temperature, coupling=coupling)[0]
+                              draft_temperature=draft_temperature, coupling=coupling, decoders=decoders)[0]
     if not 0 <= draft_confidence <= 1:
         raise ConfigError(f"draft_confidence={draft_confidence} is outside [0, 1]; use 0 to always draft k tokens")
     params = SamplingParams(temperature, top_k, top_p)

@@ -41,6 +41,39 @@ def check_rollback(model) -> None:
                           f"earlier position, so rejected proposals would corrupt it; xvocab decodes attention-only "
                           f"models (every layer full or sliding-window attention). Use another target or draft")
 
+# The first transformers release whose models take the KV cache as `cache=` (5.0-5.23 call it past_key_values).
+TRANSFORMERS_FLOOR = "5.24"
+
+
+def check_cache_argument(model) -> None:
+    """Refuse a model whose forward takes its KV cache under another name than `cache=`.
+
+    Models of transformers 5.0-5.23 take `past_key_values=` and swallow an unknown `cache=` into **kwargs: every
+    forward would then see only the new tokens, with no error and wrong logits (and ar, decoded the same way,
+    would still "agree" with every algorithm). A forward that names neither (a wrapper taking **kwargs) is
+    trusted to pass the keyword on.
+    """
+    import inspect
+
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):  # a forward without a signature: nothing to check
+        return
+    if "cache" not in params and "past_key_values" in params:
+        import transformers
+
+        raise UnsupportedModelError(
+            f"{type(model).__name__}.forward takes its KV cache as past_key_values (transformers "
+            f"{transformers.__version__}); xvocab passes cache=, which this version would silently ignore. "
+            f"Install transformers>={TRANSFORMERS_FLOOR}: pip install 'transformers>={TRANSFORMERS_FLOOR},<6'")
+
+
+def check_model(model) -> None:
+    """Everything that must hold of a model before xvocab decodes with it (check_rollback, check_cache_argument)."""
+    check_rollback(model)
+    check_cache_argument(model)
+
+
 def grow_layer(layer, capacity: int) -> None:
     """Give a static layer's [batch, heads, positions, dim] key and value buffers `capacity` positions, keeping
     the states they hold (a copy; rare: caches are sized from the prompt and max_new_tokens)."""
@@ -86,7 +119,7 @@ class Decoder:
     """
 
     def __init__(self, model, cache: str = "dynamic", capacity: int | None = None):
-        check_rollback(model)
+        check_model(model)
         if cache not in CACHES:
             raise ValueError(f"cache={cache!r}; choose one of {', '.join(CACHES)}")
         self.model = model

@@ -62,12 +62,20 @@ def changed_settings(stored: dict, asked: dict) -> dict:
 
 
 def read(path: str | Path) -> list[dict]:
-    """All complete records of a file (a partial line left by a kill is skipped)."""
+    """All complete records of a file (a partial line left by a kill is skipped); a file kept compressed beside
+    the name (`records.jsonl.gz`, as results/ keeps superseded records) is read in its place."""
     path = Path(path)
-    if not path.exists():
+    packed = path.with_name(path.name + ".gz")
+    if not path.exists() and packed.exists():
+        import gzip
+
+        text = gzip.decompress(packed.read_bytes()).decode("utf-8")
+    elif path.exists():
+        text = path.read_text(encoding="utf-8")
+    else:
         return []
     out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in text.splitlines():
         if not line.strip():
             continue
         try:

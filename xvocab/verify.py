@@ -22,13 +22,15 @@ first differ; it needs neither distributions nor random draws.
 Each has a readable per-position form beside the vectorized path; both consume the
 generator identically, so tests compare them draw for draw. On a CPU the engine runs the
 per-position forms over `ProbRows`, forming the target's rows only up to the first
-rejection; the vectorized ones suit accelerators (one host sync).
+rejection; the vectorized ones suit accelerators (`rejection_verify` reads the device twice: whether and where
+a proposal was rejected, then the token drawn; `greedy_verify` once, xvocab.host).
 """
 from __future__ import annotations
 
 import torch
 
 from xvocab.coupling import NoiseTape, race
+from xvocab.host import argmax_ids
 from xvocab.sampling import ProbRows, argmax, inverse_cdf, sample, uniforms
 
 
@@ -47,7 +49,7 @@ def rejection_verify(target_probs: torch.Tensor,   # [n + 1, V] p at each propos
     # Accept iff u < p / r (u uniform on [0, 1)), written without division. The comparison is strict:
     # torch.rand can return exactly 0, and a token with p = 0 must still be rejected then.
     rejected = uniform * r >= p
-    n_accepted = int(rejected.int().argmax()) if bool(rejected.any()) else n  # the one host sync
+    n_accepted = int(rejected.int().argmax()) if bool(rejected.any()) else n  # host reads: whether, and where
     if n_accepted < n:
         residual = (target_probs[n_accepted] - proposal_probs[n_accepted]).clamp_min(0)
         dist = residual / residual.sum() if residual.sum() > 0 else target_probs[n_accepted]
@@ -115,12 +117,17 @@ def exact_match_verify_reference(target_probs, proposed, generator) -> tuple[int
 
 
 def greedy_verify(target_logits: torch.Tensor,  # [n + 1, V]
-                  proposed: torch.Tensor,       # [n] long
+                  proposed: list[int],          # [n]: what the host proposed (never uploaded to compare)
                   ) -> tuple[int, int]:
-    """(number accepted, next token id) at temperature 0: keep proposals while they equal the argmax."""
-    assert target_logits.ndim == 2 and proposed.ndim == 1 and target_logits.shape[0] == proposed.shape[0] + 1
-    own = argmax(target_logits)  # [n + 1]
-    n = proposed.shape[0]
-    mismatch = own[:n] != proposed
-    n_accepted = int(mismatch.int().argmax()) if bool(mismatch.any()) else n
-    return n_accepted, int(own[n_accepted])
+    """(number accepted, next token id) at temperature 0: keep proposals while they equal the argmax.
+
+    The target's n + 1 choices are computed on the device and read once (xvocab.host: the verification's one
+    blocking transfer); the comparison runs on the host, which already knows the proposal."""
+    assert target_logits.ndim == 2 and target_logits.shape[0] == len(proposed) + 1
+    return greedy_match(argmax_ids(target_logits), list(proposed))
+
+
+def greedy_match(own: list[int], proposed: list[int]) -> tuple[int, int]:
+    """(number accepted, next token id) given the target's own choices own [n + 1] for proposals [n]."""
+    n_accepted = next((i for i, (a, b) in enumerate(zip(own, proposed)) if a != b), len(proposed))
+    return n_accepted, own[n_accepted]

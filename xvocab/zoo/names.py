@@ -56,4 +56,6 @@ def model(name: str, *, dtype: torch.dtype | str = torch.float32, device: str | 
         path, tok = name, checkpoint_tokenizer(name)
     else:
         path, tok = str(models.checkpoint_dir(name)), models.model_tokenizer(name)
+        net = models.load_checkpoint(path, dtype=dtype, device=device, device_map=device_map)
+        return models.with_roles(name, net, tok), tok
     return models.load_checkpoint(path, dtype=dtype, device=device, device_map=device_map), tok

@@ -106,7 +106,17 @@ def zoo_tokenizer(name: str):
     Names of models, drafters, hub ids and directories resolve in xvocab.zoo.names."""
     check_name(name, TOKENIZERS)
     spec = TOKENIZERS[name]
-    return _load_cached(f"{name}-{PACKAGES[spec.package].version}", spec.kind, name)
+    return _load_cached(_key(name), spec.kind, name)
+
+
+def _key(name: str) -> str:
+    return f"{name}-{PACKAGES[TOKENIZERS[name].package].version}"
+
+
+def converted_dir(name: str) -> Path:
+    """Where zoo tokenizer `name`'s conversion is cached (a GPU session carries these directories)."""
+    check_name(name, TOKENIZERS)
+    return cache_dir() / "tokenizers" / f"{_key(name)}-v{CONVERTER_VERSION}"
 
 
 def timed_load(name: str) -> tuple[str, int, float]:
