@@ -172,7 +172,9 @@ def pair_speeds(target, tt, draft, dt, *, prompts: list[str], tokens: int, k: in
                 kw["decoders"] = pool
             sync(device)
             start = time.perf_counter()
-            xvocab.generate(prompts[0], **kw)  # warm-up (the decoders sized for these calls)
+            # Warm-up on the longest prompt: the pool's decoders are then sized for every timed call (a later,
+            # longer prompt would grow them, and growing recaptures the graphs inside the timed region).
+            xvocab.generate(max(prompts, key=lambda p: len(tt.encode(p, add_special_tokens=False))), **kw)
             capture = 0.0
             if cache == "graph":
                 begin = time.perf_counter()
