@@ -193,3 +193,19 @@ def test_the_transformers_floor_is_stated_once_in_pyproject():
 
     deps = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())["project"]
     assert f"transformers>={kv.TRANSFORMERS_FLOOR},<6" in deps["dependencies"]
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(k=2.5), r"k=2\.5 is a float"), (dict(k=True), "k=True is a bool"),
+    (dict(max_new_tokens=8.0), "max_new_tokens=8.0 is a float"),
+    (dict(prompt=[1, 2, 3]), "prompt is a list"), (dict(target_tokenizer=None), "target_tokenizer is None")])
+def test_bad_input_is_refused_by_name_before_any_model_runs(qwen, kw, match):
+    from xvocab.errors import ConfigError
+
+    model, tok = qwen
+    args = dict(prompt=PROMPT, target=model, target_tokenizer=tok, algorithm="ar", max_new_tokens=2) | kw
+    with pytest.raises(ConfigError, match=match):
+        generate(args.pop("prompt"), **args)
+    with pytest.raises(ConfigError, match=match):  # the batch path validates alike
+        xvocab.generate_batch([kw.get("prompt", PROMPT)],
+                              **{key: v for key, v in args.items()})

@@ -12,6 +12,7 @@ through this same loop. Randomness flows only through one torch.Generator seeded
 """
 from __future__ import annotations
 
+import numbers
 import time
 from dataclasses import dataclass
 
@@ -43,10 +44,18 @@ class Output:
 
 
 def _validate(prompt, target_tokenizer, draft, draft_tokenizer, algorithm, k, max_new_tokens):
-    if not isinstance(prompt, str) or not prompt:
+    if not isinstance(prompt, str):
+        raise ConfigError(f"the prompt is a {type(prompt).__name__}; pass the text to continue as a str "
+                          f"(token ids: decode them with the target's tokenizer first)")
+    if not prompt:
         raise ConfigError("the prompt is empty; pass the text to continue")
+    if target_tokenizer is None:
+        raise ConfigError("target_tokenizer is None; pass the target's tokenizer (xvocab.load_pair returns it)")
     if algorithm not in DRAFTERS:
         raise ConfigError(f"unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
+    for name, value in (("k", k), ("max_new_tokens", max_new_tokens)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):  # (numpy ints are Integral)
+            raise ConfigError(f"{name}={value!r} is a {type(value).__name__}; it counts tokens: pass an int")
     if k < 1:
         raise ConfigError(f"k={k}: the draft length must be at least 1")
     if max_new_tokens < 1:
