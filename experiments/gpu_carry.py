@@ -62,18 +62,18 @@ def pack() -> dict:
     subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:",
                     "--python-version", PYTHON, "--platform", PLATFORM, "--dest", str(CARRY / "wheels"), *WHEELS],
                    check=True)
+    names = tokenizers_needed()
     dirs = []
-    for name in tokenizers_needed():
+    for name in names:
         zoo.tokenizer(name)  # converts (once) what is not cached yet
-        dirs.append(converted_dir(name))
+        dirs.append(converted_dir(name).relative_to(zoo.cache_dir()))
     with tarfile.open(CARRY / "xvocab-cache.tar.xz", "w:xz") as tar:
-        for d in dict.fromkeys(dirs):
-            tar.add(d, arcname=str(d.relative_to(zoo.cache_dir())))
+        for d in dirs:
+            tar.add(zoo.cache_dir() / d, arcname=str(d))
+    size = travelling_bytes()  # (the manifest, under a kilobyte, is written after)
     manifest = {"wheels": sorted(p.name for p in (CARRY / "wheels").iterdir()), "python": PYTHON,
-                "tokenizers": list(tokenizers_needed()), "cache_dirs": [str(d.relative_to(zoo.cache_dir())) for d in dirs]}
-    (CARRY / "manifest.json").write_text(json.dumps(manifest, indent=1))
-    size = travelling_bytes()
-    manifest["travelling_mib"] = round(size / 2**20, 1)
+                "tokenizers": list(names), "cache_dirs": [str(d) for d in dirs],
+                "travelling_mib": round(size / 2**20, 1)}
     (CARRY / "manifest.json").write_text(json.dumps(manifest, indent=1))
     print(f"gpu_carry: {', '.join(manifest['wheels'])}; {len(manifest['cache_dirs'])} tokenizers; the tree and "
           f"gpu_carry/ together {manifest['travelling_mib']} MiB (limit {LIMIT_MIB})")

@@ -20,6 +20,8 @@ from contextlib import contextmanager
 
 import torch
 
+from xvocab.sampling import argmax
+
 
 class _State(threading.local):
     reads = 0         # calls of read / argmax_ids so far (a counter for tests and benchmarks)
@@ -58,13 +60,11 @@ def read(t: torch.Tensor):
 
 
 def argmax_ids(logits: torch.Tensor):
-    """logits [..., V] -> the first maximal index of each row as Python ints (an int for one row [V]): one
-    blocking transfer of the ids, never of the logits. On a CPU through NumPy (xvocab.sampling.argmax: torch's
-    CPU argmax is not vectorized)."""
+    """logits [..., V] -> the first maximal index of each row as Python ints (an int for one row [V]): the argmax
+    computed where the logits are (xvocab.sampling.argmax), then one blocking transfer of the ids, never of
+    the logits."""
     with _one_read():
-        if logits.device.type == "cpu":
-            return logits.detach().float().numpy().argmax(-1).tolist()
-        return logits.argmax(-1).tolist()
+        return argmax(logits).tolist()
 
 
 class Upload:

@@ -31,7 +31,7 @@ import torch
 
 from xvocab.coupling import NoiseTape, race
 from xvocab.host import argmax_ids
-from xvocab.sampling import ProbRows, argmax, inverse_cdf, sample, uniforms
+from xvocab.sampling import ProbRows, inverse_cdf, sample, uniforms
 
 
 def rejection_verify(target_probs: torch.Tensor,   # [n + 1, V] p at each proposed position and the bonus
