@@ -13,7 +13,7 @@ setup: .venv/done
 
 # Measures here, into runs/main (git-ignored, resumable), and prints the committed reference beside it.
 demo: setup
-	$(PY) -m experiments.run --multirun +experiment=main
+	$(PY) -m experiments.run +experiment=main
 	$(PY) -m experiments.report runs/main --reference results/main
 
 # Every asset first (in CI a missing one fails here), then the default suite (slow tests: -m slow).

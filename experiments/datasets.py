@@ -1,10 +1,25 @@
-"""Prompt sets for experiments: HumanEval offline; CNN/DailyMail and SCROLLS through `datasets`."""
+"""Prompt sets for experiments: HumanEval and two prose stand-ins offline; CNN/DailyMail and SCROLLS through `datasets`.
+
+The paper's other two datasets need the Hugging Face hub. Offline, `prose_summary` (for CNN/DailyMail) and
+`prose_qa` (for SCROLLS) take long English prose that ships with every CPython: the language reference's topics
+in `pydoc_data.topics` (79 documents, 0.2-62k characters; the text is that of the running Python's version,
+which each record names). Their templates:
+
+* prose_summary (summarization of a news-length article): the topics of 1,500-8,000 characters, each as
+  "Summarize the following article.\n\n{document}\n\nSummary:" (the CNN/DailyMail template above).
+* prose_qa (question answering over a long document): the topics of more than 8,000 characters, cut at a
+  paragraph end before 12,000 characters (about 3k tokens), each with a question on one of its section
+  headings (the middle one): "{document}\n\nQuestion: According to the document above, what does the section
+  \"{heading}\" explain?\nAnswer:".
+"""
 from __future__ import annotations
 
+from experiments import humaneval
 from xvocab import zoo
 from xvocab.errors import ConfigError
 
-OFFLINE = ("humaneval", "tiny")
+OFFLINE = ("humaneval", "prose_summary", "prose_qa", "tiny")
+STOPS = {"humaneval": humaneval.STOP}  # a dataset's standard stop strings (a run's `stop: humaneval`)
 TINY = [{"id": "tiny/0", "prompt": "def add(a, b):\n    return"},
         {"id": "tiny/1", "prompt": "The capital of France is"}]
 
@@ -15,10 +30,13 @@ def load(name: str, limit: int | None) -> list[dict]:
         rows = zoo.dataset("humaneval")
     elif name == "tiny":
         rows = TINY
+    elif name in ("prose_summary", "prose_qa"):
+        rows = prose(name)
     elif name in ("cnn_dailymail", "scrolls"):
         rows = _from_hub(name, limit)
     else:
-        raise ConfigError(f"unknown dataset {name!r}; choose humaneval, tiny, cnn_dailymail or scrolls")
+        raise ConfigError(f"unknown dataset {name!r}; choose one of {', '.join(OFFLINE)} (offline), "
+                          f"cnn_dailymail or scrolls (through the hub)")
     return rows[:limit] if limit else rows
 
 
@@ -37,3 +55,31 @@ def _from_hub(name: str, limit: int | None) -> list[dict]:
         raise ConfigError(f"dataset {name!r} could not be loaded through `datasets` ({type(exc).__name__}: "
                           f"{str(exc)[:200]}). It needs access to the Hugging Face hub; the datasets that work "
                           f"offline are: {', '.join(OFFLINE)}.") from exc
+
+
+def _headings(text: str) -> list[str]:
+    """Section headings of a pydoc topic: a line underlined by a line of '=', '-' or '*' of its length."""
+    lines = text.splitlines()
+    return [a.strip() for a, b in zip(lines, lines[1:])
+            if a.strip() and len(b) >= 3 and set(b.strip()) <= set("=-*~") and len(b.strip()) >= len(a.strip()) - 1]
+
+
+def prose(name: str) -> list[dict]:
+    """The rows of `prose_summary` or `prose_qa` (module docstring), in the topics' name order."""
+    from pydoc_data.topics import topics
+
+    rows = []
+    for key in sorted(topics):
+        text = topics[key].strip()
+        if name == "prose_summary" and 1500 <= len(text) <= 8000:
+            rows.append({"id": f"prose_summary/{key}", "prompt": f"Summarize the following article.\n\n{text}\n\nSummary:"})
+        elif name == "prose_qa" and len(text) > 8000:
+            cut = text.rfind("\n\n", 0, 12000)
+            document = text[: cut if cut > 0 else 12000]
+            headings = _headings(document)[1:]  # the first is the topic's own title
+            if not headings:
+                continue
+            heading = headings[len(headings) // 2]
+            rows.append({"id": f"prose_qa/{key}", "prompt": f"{document}\n\nQuestion: According to the document above, "
+                                                            f"what does the section \"{heading}\" explain?\nAnswer:"})
+    return rows

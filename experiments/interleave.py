@@ -28,32 +28,20 @@ from tqdm import tqdm
 
 import xvocab
 from experiments.datasets import load
+from experiments import variants as specs
 from experiments.bench_out import publish
 from experiments.runner import load_pair
 from xvocab import defaults, records
 from xvocab.errors import ConfigError
 
-# The options a variant may set, and how their values are read (the others are the run's: --k, --temperature...).
-OPTIONS = {"coupling": str, "draft_temperature": float, "draft_confidence": float, "k": int, "cache": str}
-_KINDS = {int: "an integer", float: "a number", str: "text"}
+# The options a variant may set (the others are the run's: --k, --temperature...); one pair, so no draft=.
+OPTIONS = {key: kind for key, kind in specs.OPTIONS.items() if key != "draft"}
 
 
 def parse_variant(spec: str) -> dict:
     """"slem coupling=gumbel draft_temperature=0.7" -> {"name": spec, "algorithm": "slem", "coupling": "gumbel",
-    "draft_temperature": 0.7}."""
-    algorithm, *settings = spec.split()
-    if algorithm not in xvocab.ALGORITHMS:
-        raise ConfigError(f"variant {spec!r}: unknown algorithm {algorithm!r}; choose one of {', '.join(xvocab.ALGORITHMS)}")
-    variant = {"name": spec, "algorithm": algorithm}
-    for s in settings:
-        key, eq, value = s.partition("=")
-        if not eq or key not in OPTIONS:
-            raise ConfigError(f"variant {spec!r}: {s!r} is not KEY=VALUE with KEY one of {', '.join(OPTIONS)}")
-        try:
-            variant[key] = OPTIONS[key](value)
-        except ValueError:
-            raise ConfigError(f"variant {spec!r}: {key}={value!r} is not {_KINDS[OPTIONS[key]]}") from None
-    return variant
+    "draft_temperature": 0.7} (experiments.variants.parse_variant, without draft=)."""
+    return specs.parse_variant(spec, OPTIONS)
 
 
 def decode(variant: dict, prompt: str, seed: int, args, models) -> dict:

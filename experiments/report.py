@@ -27,19 +27,23 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+from experiments.figure import speedup_figure, title_of
 from xvocab import records
 from xvocab.cost import speedup_bounds
 
 GROUP = ("target", "draft", "dataset", "temperature", "max_new_tokens", "algorithm", "k", "draft_confidence",
-         "draft_encoding", "cpu", "kernels", "cache", "batch_size", "policy", "draft_temperature", "coupling")
+         "draft_encoding", "cpu", "kernels", "cache", "batch_size", "policy", "draft_temperature", "coupling", "stop")
 # Fields absent from older records; records made before xvocab.packed_linear ran the stock kernels.
 OPTIONAL = {"draft_confidence": 0.0, "draft_encoding": None, "cpu": None, "kernels": "stock", "cache": "dynamic",
-            "batch_size": 1, "policy": False, "draft_temperature": None, "coupling": "none"}
+            "batch_size": 1, "policy": False, "draft_temperature": None, "coupling": "none", "stop": ()}
 BASELINE = ("target", "dataset", "temperature", "max_new_tokens", "device", "dtype", "threads", "top_k", "top_p", "cpu",
-            "kernels", "cache", "batch_size")
+            "kernels", "cache", "batch_size", "stop")
 COLUMNS = ("target", "draft", "dataset", "temperature", "algorithm", "k", "draft_confidence", "prompts", "ttft_s", "tpot_ms",
            "tokens_per_s", "speedup", "tau", "fed_per_token", "acceptance", "per_position", "pass_at_1", "equals_ar")
 COST_COLUMNS = ("c", "v", "bound", "efficiency")
+# What the terminal shows (report.md, .csv and .tex keep every column): a table 120 characters wide.
+COMPACT = ("algorithm", "draft", "temperature", "prompts", "tokens_per_s", "speedup", "tau", "c", "bound", "efficiency",
+           "ref_speedup", "equals_ar", "pass_at_1")
 
 
 def add_costs(rows: list[dict], costs: list[dict]) -> bool:
@@ -59,6 +63,12 @@ def add_costs(rows: list[dict], costs: list[dict]) -> bool:
     return matched
 
 
+def _field(conf: dict, name: str):
+    """A record's config field, its default where older records lack it; lists (stop strings) as tuples."""
+    value = conf.get(name, OPTIONAL.get(name))
+    return tuple(value) if isinstance(value, list) else value
+
+
 def _checked_against(rec: dict, ar_ids: list[int] | None) -> dict:
     """`rec` with `equals_ar` derived from the recorded greedy `ar` output, where the run did not check itself."""
     if "equals_ar" in rec or ar_ids is None or "token_ids" not in rec:
@@ -74,10 +84,9 @@ def aggregate(recs: list[dict]) -> list[dict]:
         unique.setdefault((r["config_hash"], r["prompt_id"]), r)
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in unique.values():
-        groups[tuple(r["config"].get(f, OPTIONAL.get(f)) for f in GROUP) +
-               (tuple(r["config"].get(f, OPTIONAL.get(f)) for f in BASELINE),)].append(r)
+        groups[tuple(_field(r["config"], f) for f in GROUP) + (tuple(_field(r["config"], f) for f in BASELINE),)].append(r)
     # Greedy `ar` outputs per (baseline, prompt): a greedy run recorded without its own check is compared here.
-    ar_ids = {(tuple(r["config"].get(f, OPTIONAL.get(f)) for f in BASELINE), r["prompt_id"]): r.get("token_ids") for r in unique.values()
+    ar_ids = {(tuple(_field(r["config"], f) for f in BASELINE), r["prompt_id"]): r.get("token_ids") for r in unique.values()
               if r["config"]["algorithm"] == "ar" and r["config"]["temperature"] == 0}
     rows = []
     for key, rs in groups.items():
@@ -122,7 +131,7 @@ def aggregate(recs: list[dict]) -> list[dict]:
 
 
 # What makes a reference row the same measurement made elsewhere (the machine and kernels may differ).
-REFERENCE_MATCH = ("target", "draft", "dataset", "temperature", "max_new_tokens", "algorithm", "k", "draft_confidence",
+REFERENCE_MATCH = ("target", "draft", "dataset", "temperature", "max_new_tokens", "algorithm", "k", "draft_confidence", "stop",
                    "draft_encoding")
 REFERENCE_COLUMNS = ("ref_speedup", "ref_tau", "ref_cpu")
 
@@ -225,8 +234,18 @@ def main(argv: list[str] | None = None) -> list[dict]:
     records.write_atomic(out / "report.md", to_markdown(rows, columns) + "\n")
     records.write_atomic(out / "report.csv", to_csv(rows, columns + (("bound_paper",) if "bound" in columns else ())))
     records.write_atomic(out / "report.tex", to_latex(rows, columns) + "\n")
-    print(to_markdown(rows, columns))
+    shown = [c for c in COMPACT if c in columns]
+    print(to_markdown([dict(r, draft=_short(r["draft"])) for r in rows], shown))
+    print(f"\n(every column: {out / 'report.md'}; machine, kernels and settings per row there)")
+    figure = speedup_figure(rows, out / "speedup.png", title_of(rows))
+    if figure is not None:
+        print(f"figure: {figure}")
     return rows
+
+
+def _short(draft) -> str | None:
+    """A draft's name, shortened for the terminal (the drafters' long suffix)."""
+    return None if draft is None else str(draft).replace("-drafter-deepseek-coder-aligned", "-drafter")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@ HumanEval completions are executed against their tests (pass@1).
 from __future__ import annotations
 
 import datetime
+import os
+import platform
 import time
 from functools import lru_cache
 from pathlib import Path
@@ -23,7 +25,10 @@ from tqdm import tqdm
 
 import xvocab
 from experiments import datasets, humaneval
+from experiments.variants import run_interleaved
 from xvocab import defaults, packed_linear, records, zoo
+from xvocab.commit import check_stop
+from xvocab.errors import ConfigError
 from xvocab.zoo.tiny import mirror_model
 
 
@@ -31,7 +36,7 @@ def resolve_device(name: str) -> str:
     return ("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name
 
 
-@lru_cache(maxsize=4)
+@lru_cache(maxsize=8)
 def load_model(spec: str, dtype: str, device: str, device_map: str | None):
     """(model, tokenizer) for a zoo name, hub id, path, or `tiny:TOKENIZER[:SEED]`."""
     if spec.startswith("tiny:"):
@@ -48,7 +53,7 @@ def load_tokenizer(spec: str):
     return zoo.tokenizer(spec)
 
 
-@lru_cache(maxsize=4)
+@lru_cache(maxsize=8)
 def load_pair(target: str, draft: str | None, dtype: str, device: str, device_map: str | None):
     t_model, t_tok = load_model(target, dtype, device, device_map)
     if draft is None:
@@ -58,6 +63,20 @@ def load_pair(target: str, draft: str | None, dtype: str, device: str, device_ma
         return t_model, t_tok, mirror_model(t_model, t_tok, d_tok), d_tok
     d_model, d_tok = load_model(draft, dtype, device, None)
     return t_model, t_tok, d_model, d_tok
+
+
+def stop_strings(cfg: dict) -> list[str]:
+    """The run's stop strings: `stop` a list of them, or a dataset's name for its standard ones (humaneval:
+    experiments.humaneval.STOP), or null for none."""
+    stop = cfg.get("stop")
+    if stop is None:
+        return []
+    if isinstance(stop, str):
+        if stop not in datasets.STOPS:
+            raise ConfigError(f"stop={stop!r}: name a dataset with standard stop strings ({', '.join(datasets.STOPS)}) "
+                              f"or give a list of strings, e.g. stop='[\"\\ndef \"]'")
+        return list(datasets.STOPS[stop])
+    return list(check_stop(list(stop)))
 
 
 def point(cfg: dict, algorithm: str) -> dict:
@@ -77,6 +96,7 @@ def point(cfg: dict, algorithm: str) -> dict:
             **({"coupling": cfg["coupling"]} if cfg.get("coupling", "none") != "none" and cfg["temperature"] > 0
                and algorithm in ("ar", "slem") else {}),
             **({"cache": cfg["cache"]} if cfg.get("cache", "dynamic") != "dynamic" else {}),
+            **({"stop": stop_strings(cfg)} if stop_strings(cfg) else {}),
             **({"batch_size": cfg["batch_size"]} if cfg.get("batch_size", 1) != 1 else {}),
             **({"policy": True} if cfg.get("policy") and not ar else {}),
             # CPU linears prepacked for oneDNN (xvocab.packed_linear); absent: the stock kernels of older records.
@@ -90,7 +110,8 @@ def _generate(row, index, cfg, algorithm, models):
                            temperature=cfg["temperature"], top_k=cfg["top_k"], top_p=cfg["top_p"],
                            seed=cfg["seed"] + index, draft_confidence=cfg["draft_confidence"],
                            draft_encoding=None if algorithm == "ar" else cfg.get("draft_encoding"), cache=cfg["cache"],
-                           draft_temperature=cfg["draft_temperature"], coupling=cfg["coupling"])
+                           draft_temperature=cfg["draft_temperature"], coupling=cfg["coupling"],
+                           stop=stop_strings(cfg))
 
 
 def _record(conf: dict, row: dict, index: int, out, cfg: dict) -> dict:
@@ -102,13 +123,23 @@ def _record(conf: dict, row: dict, index: int, out, cfg: dict) -> dict:
     return rec
 
 
-def run(cfg: dict) -> Path:
-    """Run one sweep point; return the records file. Null settings take the library's defaults (xvocab.defaults)."""
+def run(cfg: dict, writer: str | None = None) -> Path:
+    """Run one sweep point; return the records file. Null settings take the library's defaults (xvocab.defaults).
+
+    `writer` (set for each job of a --multirun, whatever its launcher: joblib, submitit, SLURM): this job appends
+    to a records file of its own (xvocab.records.writer_file; no locks needed on a shared filesystem) and claims
+    each (config, prompt) before decoding it (xvocab.records.claim), so jobs side by side never decode the same
+    one twice: a greedy run's `ar` check that another job has claimed is left to the report, which derives
+    `equals_ar` from that job's record; a job's own point claimed by another is waited for, then skipped, or
+    taken over if that job died."""
     cfg = defaults.fill(cfg)
     torch.set_num_threads(cfg["threads"])
     algorithm = cfg["algorithm"]["name"]
     device = resolve_device(cfg["device"])
     path = Path(cfg["results_dir"]) / "records.jsonl"
+    if cfg.get("variants"):  # every variant on each prompt in turn (experiments.variants)
+        return run_interleaved(cfg, path, point=point, generate=_generate, record=_record, load_pair=load_pair,
+                               device=device, writer=writer)
     conf, ar_conf = point(cfg, algorithm), point(cfg, "ar")
     key, ar_key = records.config_hash(conf), records.config_hash(ar_conf)
     done = {(r["config_hash"], r["prompt_id"]): r for r in records.read(path)}
@@ -125,29 +156,66 @@ def run(cfg: dict) -> Path:
     for _ in range(cfg["warmup"]):  # untimed: first-call allocations and kernel selection
         _generate(rows[0], 0, {**cfg, "max_new_tokens": min(8, cfg["max_new_tokens"])}, algorithm, models)
     if cfg["batch_size"] > 1 or (cfg["policy"] and algorithm != "ar"):
-        _run_batches(todo, cfg, conf, algorithm, models, path)
+        _run_batches(todo, cfg, conf, algorithm, models, path, writer)
         return path
     tokens = forwards = 0
     seconds = 0.0
     bar = tqdm(todo, desc=f"{algorithm} k={conf['k']} T={conf['temperature']}", unit="prompt")
+    held = []  # this job's points another job had claimed: waited for at the end
     for index, row in bar:
+        if not _claimed(path, key, row, writer, done):
+            if (key, row["id"]) not in done:  # another job holds it (else it recorded it meanwhile)
+                held.append((index, row))
+            continue
         out = _generate(row, index, cfg, algorithm, models)
         rec = _record(conf, row, index, out, cfg)
         if greedy_check:
             ar_rec = done.get((ar_key, row["id"]))
-            if ar_rec is None:
+            if ar_rec is None and _claimed(path, ar_key, row, writer, done):
                 ar_rec = _record(ar_conf, row, index, _generate(row, index, cfg, "ar", ar_models), cfg)
-                records.append(path, ar_rec)
+                records.append(path, ar_rec, writer)
                 done[ar_key, row["id"]] = ar_rec
-            rec["equals_ar"] = rec["token_ids"] == ar_rec["token_ids"]
-        records.append(path, rec)
+                _release(path, ar_key, row, writer)
+            ar_rec = ar_rec or done.get((ar_key, row["id"]))  # (recorded by another job meanwhile)
+            if ar_rec is not None:  # else another job is decoding it: the report compares with its record
+                rec["equals_ar"] = rec["token_ids"] == ar_rec["token_ids"]
+        records.append(path, rec, writer)
+        _release(path, key, row, writer)
         tokens, forwards, seconds = tokens + out.stats.new_tokens, forwards + out.stats.target_forwards, \
             seconds + out.stats.wall_seconds
         bar.set_postfix(tau=f"{tokens / forwards:.2f}", tok_s=f"{tokens / seconds:.1f}")
+    while held:  # recorded by the job that claimed them, or this job's once that job has died
+        time.sleep(2.0)
+        recorded = {(r["config_hash"], r["prompt_id"]) for r in records.read(path)}
+        held = [(i, row) for i, row in held if (key, row["id"]) not in recorded]
+        for index, row in held[:1]:
+            if _claimed(path, key, row, writer, {}):
+                records.append(path, _record(conf, row, index, _generate(row, index, cfg, algorithm, models), cfg), writer)
+                _release(path, key, row, writer)
+                held = held[1:]
     return path
 
 
-def _run_batches(todo: list, cfg: dict, conf: dict, algorithm: str, models, path: Path) -> None:
+def _claimed(path: Path, key: str, row: dict, writer: str | None, done: dict) -> bool:
+    """Whether this job may decode (key, prompt): always alone; in a sweep's job, if it now holds the claim and
+    no job has recorded it yet (`done`, {(config hash, prompt id): record}, is refreshed from the records)."""
+    if writer is None:
+        return True
+    if not records.claim(path, f"{key}-{row['id']}"):
+        return False
+    done.update({(r["config_hash"], r["prompt_id"]): r for r in records.read(path)})
+    if (key, row["id"]) in done:  # recorded by another job between this one's start and its claim
+        _release(path, key, row, writer)
+        return False
+    return True
+
+
+def _release(path: Path, key: str, row: dict, writer: str | None) -> None:
+    if writer is not None:
+        records.release(path, f"{key}-{row['id']}")
+
+
+def _run_batches(todo: list, cfg: dict, conf: dict, algorithm: str, models, path: Path, writer: str | None) -> None:
     """Decode `todo` through xvocab.generate_batch with cfg.batch_size rows at once (continuous batching: a
     finished row's slot goes to the next prompt; row seeds as in the per-prompt path), each record appended as
     its row finishes (an interrupted run resumes from the rows not recorded) with the run's `batch` entry: its
@@ -171,7 +239,7 @@ def _run_batches(todo: list, cfg: dict, conf: dict, algorithm: str, models, path
         batch = {"id": run_id, "rows": size, "wall_seconds": seconds}
         if policy is not None:
             batch["policy_k"] = [entry["k"] for entry in policy.log if i in entry.get("rows", ())]
-        records.append(path, _record(conf, row, index, out, cfg) | {"batch": batch})
+        records.append(path, _record(conf, row, index, out, cfg) | {"batch": batch}, writer)
         bar.update(1)
 
     xvocab.generate_batch([row["prompt"] for _, row in todo], target=target, target_tokenizer=tt,
@@ -181,12 +249,17 @@ def _run_batches(todo: list, cfg: dict, conf: dict, algorithm: str, models, path
                           draft_confidence=cfg["draft_confidence"],
                           draft_encoding=None if algorithm == "ar" else cfg.get("draft_encoding"),
                           policy=policy, graphs=cfg["cache"] == "graph", draft_temperature=cfg["draft_temperature"],
-                          batch_size=size, on_finish=on_finish, coupling=cfg["coupling"])
+                          batch_size=size, on_finish=on_finish, coupling=cfg["coupling"], stop=stop_strings(cfg))
     bar.close()
 
 
 @hydra.main(config_path=str(Path(__file__).resolve().parent.parent / "conf"), config_name="config", version_base=None)
 def main(cfg: DictConfig) -> None:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
     start = time.perf_counter()
-    path = run(OmegaConf.to_container(cfg, resolve=True))
+    # A --multirun job (any launcher) writes its own records file and claims its prompts (`run`'s docstring).
+    writer = f"{platform.node()}-{os.getpid()}" if HydraConfig.get().mode == RunMode.MULTIRUN else None
+    path = run(OmegaConf.to_container(cfg, resolve=True), writer)
     print(f"records: {path} ({time.perf_counter() - start:.0f} s)")

@@ -488,3 +488,34 @@ def test_init_from_grows_only_when_asked_and_only_in_depth():
     shallower = StudentShape(shape.layers - 1, shape.hidden, shape.intermediate, shape.heads)
     with pytest.raises(ConfigError, match="layers >="):
         _initial(SHIPPED, "deepseek-coder", "aligned", shallower, grow=True)
+
+
+def test_shared_embedding_drafter_loads_as_trained_and_refuses_another_base(tmp_path):
+    """A drafter saved without its (frozen) embedding loads back computing exactly what was saved, from the
+    base's bytes; a base whose embedding changed, and an embedding that was trained, are refused by name."""
+    from xvocab.errors import AssetError
+    from xvocab.zoo import shared_embedding
+
+    tok = zoo.tokenizer("deepseek-coder")
+    base = build_student(tok, StudentShape(2, 32, 64, 2), seed=0).eval()
+    base_dir = save_student(base, tok, tmp_path / "base", tokenizer_name="deepseek-coder", dtype="float16", extra={})
+    base16, _ = zoo.model(str(base_dir), device="cpu")  # the embedding as shipped (float16 bytes)
+    child = build_student(tok, StudentShape(2, 32, 64, 2), seed=1)
+    child.get_input_embeddings().weight.data.copy_(base16.get_input_embeddings().weight)
+    out = save_student(child, tok, tmp_path / "child", tokenizer_name="deepseek-coder", dtype="float32", extra={},
+                       shared_embedding=str(base_dir))
+    assert (out / "model.safetensors").stat().st_size < 0.5 * (base_dir / "model.safetensors").stat().st_size
+    loaded, _ = zoo.model(str(out), device="cpu")
+    ids = torch.tensor([[tok.bos_token_id, 100, 200, 3000]])
+    assert torch.equal(loaded(ids).logits, child.eval()(ids).logits)
+    # control: without the fill the loaded embedding would be a fresh initialization, and the logits differ
+    assert not torch.equal(build_student(tok, StudentShape(2, 32, 64, 2), seed=1)(ids).logits, loaded(ids).logits)
+    trained = build_student(tok, StudentShape(2, 32, 64, 2), seed=2)  # its embedding is not the base's
+    with pytest.raises(AssetError, match="not .*base"):
+        save_student(trained, tok, tmp_path / "bad", tokenizer_name="deepseek-coder", dtype="float16", extra={},
+                     shared_embedding=str(base_dir))
+    assert not (tmp_path / "bad").exists()
+    save_student(trained, tok, base_dir, tokenizer_name="deepseek-coder", dtype="float16", extra={})  # base replaced
+    with pytest.raises(AssetError, match="not the one it was trained with"):
+        zoo.model(str(out), device="cpu")
+    assert shared_embedding.shared_from(base_dir) is None

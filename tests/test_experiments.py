@@ -10,6 +10,7 @@ from hydra import compose, initialize_config_dir
 
 from experiments import report, run
 from xvocab import defaults, records
+from xvocab.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "conf"
@@ -60,21 +61,24 @@ def test_launchers_compose(launcher):
 
 
 # The default suite runs the main job's sweep; the others (same runner, other axes) with -m slow.
-DEFAULT_RUNS = ("main",)
+DEFAULT_RUNS = ("main", "paper_qwen")
 
 
 @pytest.mark.parametrize("experiment", [pytest.param(e, marks=() if e in DEFAULT_RUNS else pytest.mark.slow)
                                         for e in EXPERIMENTS])
 def test_every_experiment_runs_as_a_multirun_on_tiny_models(experiment, tmp_path):
     out = tmp_path / "results"
+    composed = _compose([f"+experiment={experiment}"])
+    # An experiment of interleaved variants names real drafts: on the tiny pair its variants are the tiny pair's.
+    interleaved = ["variants=[ar,slem,tli]"] if composed.get("variants") else []
     cmd = [sys.executable, "-m", "experiments.run", "--multirun", f"+experiment={experiment}", "pair=tiny",
            "dataset=tiny", "max_new_tokens=6", "dtype=float32", "device=cpu", "threads=1", "warmup=0",
-           f"results_dir={out}", f"hydra.sweep.dir={tmp_path / 'multirun'}"]
+           f"results_dir={out}", f"hydra.sweep.dir={tmp_path / 'multirun'}", *interleaved]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     recs = records.read(out / "records.jsonl")
-    sweep = _compose([f"+experiment={experiment}"]).hydra.sweeper.params
-    algorithms = set(str(sweep["algorithm"]).split(","))
+    sweep = composed.hydra.sweeper.get("params") or {}
+    algorithms = set(str(sweep["algorithm"]).split(",")) if "algorithm" in sweep else {"ar", "slem", "tli"}
     assert {r["config"]["algorithm"] for r in recs} >= algorithms
     assert {r["prompt_id"] for r in recs} == {"tiny/0", "tiny/1"}
     greedy = [r for r in recs if r["config"]["temperature"] == 0 and r["config"]["algorithm"] != "ar"]
@@ -244,17 +248,33 @@ def test_unloadable_dataset_says_which_work_offline(monkeypatch):
         raise ConnectionError("Couldn't reach 'cnn_dailymail' on the Hub (LocalEntryNotFoundError)")
 
     monkeypatch.setattr(hf_datasets, "load_dataset", no_hub)
-    with pytest.raises(ConfigError, match="humaneval, tiny"):
+    with pytest.raises(ConfigError, match="humaneval, prose_summary, prose_qa, tiny"):
         datasets.load("cnn_dailymail", 2)
+
+
+def test_offline_prose_stand_ins_follow_their_templates():
+    from experiments import datasets
+
+    summary, qa = datasets.load("prose_summary", None), datasets.load("prose_qa", None)
+    assert len(summary) >= 20 and len(qa) >= 10 and datasets.load("prose_summary", 5) == summary[:5]
+    assert all(r["prompt"].startswith("Summarize the following article.\n\n") and r["prompt"].endswith("\n\nSummary:")
+               for r in summary)
+    for r in qa:
+        heading = r["prompt"].rsplit('the section "', 1)[1].split('" explain?')[0]
+        document = r["prompt"].split("\n\nQuestion: ")[0]
+        assert heading in document and 6000 < len(document) <= 12000 and r["prompt"].endswith("\nAnswer:")
+    assert len({r["id"] for r in summary + qa}) == len(summary) + len(qa)
 
 
 def test_humaneval_check_executes_completions():
     from experiments import humaneval
     from xvocab import zoo
 
-    problem = zoo.dataset("humaneval")[0]
-    assert humaneval.passes(problem, problem["canonical_solution"])
-    assert not humaneval.passes(problem, "    return False\n")
+    problems = zoo.dataset("humaneval")[:20]  # the problems the experiments decode
+    assert all(humaneval.passes(p, p["canonical_solution"]) for p in problems)
+    assert not any(humaneval.passes(p, "    return None\n") for p in problems)  # control: a wrong body fails
+    # the canonical body followed by what a model writes next: cut at the stop string, it still passes
+    assert humaneval.passes(problems[0], problems[0]["canonical_solution"] + "\n\ndef main():\n    raise SystemExit(1)\n")
     assert humaneval.truncate("    return 1\n\ndef other():\n    pass") == "    return 1\n"
 
 
@@ -395,3 +415,105 @@ def test_interleave_variants_name_the_mistake(spec, message):
 
     with pytest.raises(ConfigError, match=message):
         interleave.parse_variant(spec)
+
+
+def test_variants_run_interleaved_write_sweep_records_and_resume(tmp_path):
+    """variants= decodes every variant on each prompt in turn: each variant's records are its sweep point's (same
+    hash, same greedy outputs as a --multirun point), a rerun after a kill adds only what is missing, and the
+    report reads them as a sweep's."""
+    from experiments import variants
+
+    cfg = _cfg(tmp_path) | {"variants": ["slem", "tli k=2", "slrs"]}
+    cfg.pop("hydra", None)
+    path = run.run(cfg)
+    recs = records.read(path)
+    assert len(recs) == 8 and all(r["schedule"] == "interleaved" for r in recs)  # ar added first: 4 x 2 prompts
+    by_point = {(r["config"]["algorithm"], r["config"]["k"], r["prompt_id"]): r for r in recs}
+    for (algorithm, k) in (("slem", 4), ("tli", 2), ("slrs", 4)):
+        alone = run.run(_cfg(tmp_path / algorithm, algorithm) | {"k": k, "check_ar": False})
+        for r in records.read(alone):
+            twin = by_point[algorithm, k, r["prompt_id"]]
+            assert twin["config_hash"] == r["config_hash"] and twin["token_ids"] == r["token_ids"]
+    # the rotation: prompt 1 starts with the second variant
+    order = [(r["prompt_id"], r["config"]["algorithm"]) for r in recs]
+    assert [a for p, a in order if p == "tiny/0"] == ["ar", "slem", "tli", "slrs"]
+    assert [a for p, a in order if p == "tiny/1"] == ["slem", "tli", "slrs", "ar"]
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:5]) + lines[5][:10])  # killed while writing the 6th
+    run.run(cfg)
+    again = records.read(path)
+    assert sorted((r["config_hash"], r["prompt_id"]) for r in again) == sorted((r["config_hash"], r["prompt_id"]) for r in recs)
+    rows = {r["algorithm"]: r for r in report.main([str(tmp_path)])}
+    assert rows["ar"]["speedup"] == 1.0 and all(rows[a]["equals_ar"] == 1.0 for a in ("slem", "tli", "slrs"))
+    assert (tmp_path / "speedup.png").stat().st_size > 0
+    with pytest.raises(ConfigError, match="same sweep point"):
+        run.run(cfg | {"variants": ["slem", "slem k=4"]})
+    with pytest.raises(ConfigError, match="only cache= and coupling="):
+        variants.parse_variant("ar draft=smollm2-135m")
+
+
+@pytest.mark.parametrize("experiment", [e for e in EXPERIMENTS if (CONF / "experiment" / f"{e}.yaml").read_text()
+                                        .count("variants")])
+def test_every_variant_of_an_experiment_parses_and_names_a_zoo_draft(experiment):
+    from experiments import variants
+    from xvocab import zoo
+
+    cfg = _compose([f"+experiment={experiment}"])
+    known = set(zoo.models.model_names()) | set(zoo.models.drafter_names()) | {"qwen2.5-coder-1.5b-drafter-deepseek-coder-aligned-v1"}
+    for spec in cfg.variants:
+        v = variants.parse_variant(spec)
+        assert v.get("draft", cfg.pair.draft) in known or v["algorithm"] == "ar", spec
+
+
+def test_stop_config_resolves_a_dataset_name_or_a_list(tmp_path):
+    from experiments import humaneval
+    from experiments.runner import point, stop_strings
+
+    cfg = defaults.fill(_cfg(tmp_path))
+    assert stop_strings(cfg) == [] and "stop" not in point(cfg, "slem")  # none: old records keep their hashes
+    assert stop_strings(cfg | {"stop": "humaneval"}) == list(humaneval.STOP)
+    assert point(cfg | {"stop": ["x"]}, "slem")["stop"] == ["x"]
+    with pytest.raises(ConfigError, match="stop="):
+        stop_strings(cfg | {"stop": "cnn_dailymail"})
+
+
+def test_submitit_jobs_side_by_side_neither_repeat_work_nor_duplicate_records(tmp_path):
+    """Hydra's submitit launcher (its local executor: the SLURM path without a cluster) runs ar and slem as two
+    jobs at once: each writes its own records file, no (config, prompt) is decoded twice (the greedy check of
+    slem's job leaves ar's prompts to ar's job, or claims them first), and a rerun adds nothing."""
+    out = tmp_path / "results"
+    cmd = [sys.executable, "-m", "experiments.run", "--multirun", "hydra/launcher=submitit_local", "pair=tiny",
+           "dataset=tiny", "algorithm=ar,slem", "max_new_tokens=6", "device=cpu", "threads=1", "warmup=0",
+           f"results_dir={out}", f"hydra.sweep.dir={tmp_path / 'multirun'}", "hydra.launcher.timeout_min=10"]
+    for _ in range(2):
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        recs = records.read(out / "records.jsonl")
+        keys = [(r["config_hash"], r["prompt_id"]) for r in recs]
+        assert len(keys) == len(set(keys)) == 4, keys  # 2 prompts x (ar, slem), each once
+        writers = sorted(p.name for p in (out / "records.d").glob("*.jsonl"))
+        assert len(writers) == 2, writers  # one file per job that wrote (a rerun's jobs have nothing to write)
+        assert not list((out / "records.d" / "claims").iterdir())  # every claim released
+    rows = {r["algorithm"]: r for r in report.aggregate(recs)}
+    assert rows["slem"]["equals_ar"] == 1.0 and rows["ar"]["prompts"] == 2
+
+
+def test_claims_exclude_a_live_holder_and_take_over_a_dead_one(tmp_path):
+    path = tmp_path / "records.jsonl"
+    assert records.claim(path, "abc-tiny/0") and records.claim(path, "abc-tiny/0")  # this process: reentrant
+    claim_file = tmp_path / "records.d" / "claims" / "abc-tiny_0"
+    import platform
+
+    claim_file.write_text(f"{platform.node()} 1")  # pid 1 is alive: another live process holds it
+    assert not records.claim(path, "abc-tiny/0")
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    claim_file.write_text(f"{platform.node()} {dead.stdout.strip()}")  # its process has exited
+    assert records.claim(path, "abc-tiny/0")
+    claim_file.write_text("elsewhere 123")  # another host, recent: held; old: taken over
+    assert not records.claim(path, "abc-tiny/0")
+    assert records.claim(path, "abc-tiny/0", stale_after_s=-1)
+    records.release(path, "abc-tiny/0")
+    assert not claim_file.exists()
+    records.append(path, {"config_hash": "h", "prompt_id": "p"}, writer="w1")
+    records.append(path, {"config_hash": "h", "prompt_id": "q"})
+    assert [r["prompt_id"] for r in records.read(path)] == ["q", "p"]  # the main file, then each writer's

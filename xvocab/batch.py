@@ -32,7 +32,7 @@ import torch
 from xvocab import defaults, engine
 from xvocab.algorithms import DraftContext, Proposal
 from xvocab.algorithms.common import Side
-from xvocab.alignment.translate import common_prefix_length
+from xvocab.commit import check_stop, commit, stop_rule
 from xvocab.batch_kv import BUCKETS, BatchDecoder, DecoderPool
 from xvocab.errors import ConfigError
 from xvocab.pair import head_device, prepare
@@ -82,7 +82,8 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
                    draft_confidence: float = defaults.DRAFT_CONFIDENCE, draft_encoding: str | None = None,
                    policy=None, graphs: bool = False, draft_temperature: float | None = defaults.DRAFT_TEMPERATURE,
                    batch_size: int | None = None, on_finish=None, coupling: str = defaults.COUPLING,
-                   progress: bool = False, decoders: DecoderPool | None = None) -> list[engine.Output]:
+                   progress: bool = False, stop: str | list[str] | None = None,
+                   decoders: DecoderPool | None = None) -> list[engine.Output]:
     """Continue every prompt of `prompts` with `target`, drafted by `draft` through `algorithm`, as one batch.
 
     Row i is decoded as `xvocab.generate(prompts[i], ..., seed=seed + i)` would decode it (module docstring;
@@ -100,6 +101,7 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
         raise ConfigError("generate_batch takes a non-empty list of prompts; use xvocab.generate for one prompt")
     if not 0 <= draft_confidence <= 1:
         raise ConfigError(f"draft_confidence={draft_confidence} is outside [0, 1]; use 0 to always draft k tokens")
+    stop = check_stop(stop)
     for prompt in prompts:
         engine._validate(prompt, target_tokenizer, draft, draft_tokenizer, algorithm, k, max_new_tokens)
     seeds = [seed + i for i in range(len(prompts))] if isinstance(seed, int) else list(seed)
@@ -134,7 +136,7 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
     if speculating:
         d_dec = decoder("draft", draft, slots,
                         max(len(r.d_side.prompt) for r in rows) + 2 * (max_new_tokens + k) + BUCKETS[-1], graphs)
-    eos = pair.eos
+    end_rule = stop_rule(pair.eos, stop, target_tokenizer)
     bar = _bar(progress, len(prompts) * max_new_tokens)
     waiting, free = list(rows), list(range(slots))
     while waiting or any(r.slot is not None for r in rows):
@@ -171,15 +173,10 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
             accepted.append((len(proposal.ids), n_acc))
             new = proposal.ids[:n_acc] + [nxt]
             r.stats.record_step(len(proposal.ids), n_acc, first_token=not r.out, now=now - r.start)
-            stop = next((j for j, x in enumerate(new) if x in eos), None)
-            room = max_new_tokens - len(r.out)
-            new = new[: room if stop is None else min(stop + 1, room)]
-            r.out += new
-            if r.ctx.tape is not None:
-                r.ctx.tape.release(len(r.out))
+            new, finished = commit(r.out, new, max_new_tokens=max_new_tokens, stop=end_rule, t_side=r.t_side,
+                                   d_side=r.d_side, ctx=r.ctx, same_vocab=pair.same_vocab, drafting=r.drafting)
             bar.update(len(new))
-            r.t_side.rewind(len(r.t_side.stream.ids), new)
-            if stop is not None or len(r.out) >= max_new_tokens:
+            if finished:
                 r.wall = time.perf_counter() - r.start
                 output = _finish(r, t_dec, d_dec, target_tokenizer)
                 t_dec.drop(r.slot)
@@ -190,12 +187,6 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
                 r.slot = None
                 if on_finish is not None:
                     on_finish(r.index, output, time.perf_counter() - wall0)
-            elif r.drafting:
-                if pair.same_vocab:
-                    keep = common_prefix_length(r.d_side.stream.ids, r.t_side.stream.ids)
-                    r.d_side.rewind(keep, list(r.t_side.stream.ids[keep:]))
-                else:
-                    r.ctx.sync_draft(r.t_side.stream.text)
         if policy is not None:
             policy.observe(k_round, len(live), accepted, verify_seconds=now - t_start,
                            round_seconds=time.perf_counter() - round_start,

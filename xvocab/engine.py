@@ -22,7 +22,7 @@ from xvocab import defaults
 from xvocab.algorithms import DRAFTERS, DraftContext, Proposal
 from xvocab.algorithms.common import Side, run
 from xvocab.alignment.tables import same_vocabulary
-from xvocab.alignment.translate import common_prefix_length
+from xvocab.commit import check_stop, commit, stop_rule
 from xvocab.coupling import COUPLINGS, NoiseTape
 from xvocab.errors import ConfigError, ContextFullError, VocabularyMismatchError
 from xvocab.kv import CACHES, Decoder
@@ -121,7 +121,7 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
              seed: int = defaults.SEED, draft_confidence: float = defaults.DRAFT_CONFIDENCE,
              draft_encoding: str | None = None, cache: str = defaults.CACHE,
              draft_temperature: float | None = defaults.DRAFT_TEMPERATURE, coupling: str = defaults.COUPLING,
-             decoders=None) -> Output:
+             stop: str | list[str] | None = None, decoders=None) -> Output:
     """Continue `prompt` with `target`, drafted by `draft` through `algorithm`; lossless for every algorithm.
 
     `draft_confidence` > 0 stops a draft early, after a token the draft itself gives less than that
@@ -142,6 +142,10 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
     proposals match the target's samples far more often; the output is then a function of the seed alone
     (coupled slem = coupled ar, token for token) and still follows the target. "none": independent draws.
 
+    `stop`: text that ends the completion (a string or a list, e.g. HumanEval's "\ndef "): decoding stops after
+    the first token whose generated text contains one; that token is kept, and the text is not cut (the caller
+    cuts it where it wants). Like EOS, where a sequence ends depends on its tokens alone: lossless.
+
     `cache` is where both models keep their states (xvocab.kv.Decoder): `dynamic` (transformers'
     DynamicCache, the reference) or `static` (pre-allocated buffers rolled back by length: the shapes
     CUDA graphs need) or `graph` (steps of a few fixed shapes over such buffers, each captured once as a CUDA
@@ -161,10 +165,12 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
                               draft_tokenizer=draft_tokenizer, algorithm=algorithm, k=k, max_new_tokens=max_new_tokens,
                               temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
                               draft_confidence=draft_confidence, draft_encoding=draft_encoding, graphs=True,
-                              draft_temperature=draft_temperature, coupling=coupling, decoders=decoders)[0]
+                              draft_temperature=draft_temperature, coupling=coupling, stop=stop,
+                              decoders=decoders)[0]
     if not 0 <= draft_confidence <= 1:
         raise ConfigError(f"draft_confidence={draft_confidence} is outside [0, 1]; use 0 to always draft k tokens")
     params = SamplingParams(temperature, top_k, top_p)
+    stop = check_stop(stop)
     _validate(prompt, target_tokenizer, draft, draft_tokenizer, algorithm, k, max_new_tokens)
     wall0 = time.perf_counter()
     t_prompt = prompt_ids(target_tokenizer, prompt)  # encoded once, for the context check and the decode
@@ -187,7 +193,7 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
     tape = noise_tape(coupling, algorithm, params, seed, target, device)
     ctx = DraftContext(t_side, d_side, draft_params(params, draft_temperature), draft_generator, pair.same_vocab,
                        pair.tables, draft_confidence, tape=tape)
-    eos, same = pair.eos, pair.same_vocab
+    end_rule = stop_rule(pair.eos, stop, target_tokenizer)
     stats = Stats(k=k)
     out: list[int] = []
     while len(out) < max_new_tokens:
@@ -206,21 +212,10 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
         n_acc, nxt = verify_proposal(logits, proposal, params, generator, tape, position=len(out))
         new = proposal.ids[:n_acc] + [nxt]
         stats.record_step(len(proposal.ids), n_acc, first_token=not out, now=time.perf_counter() - wall0)
-        stop = next((i for i, x in enumerate(new) if x in eos), None)
-        new = new[: max_new_tokens - len(out) if stop is None else min(stop + 1, max_new_tokens - len(out))]
-        out += new
-        if tape is not None:
-            tape.release(len(out))
-        # The target's cache keeps the accepted proposals (Decoder keeps the prefix it shares with what comes next).
-        t_side.rewind(len(t_side.stream.ids), new)
-        if stop is not None:
+        _, finished = commit(out, new, max_new_tokens=max_new_tokens, stop=end_rule, t_side=t_side, d_side=d_side,
+                             ctx=ctx, same_vocab=pair.same_vocab, drafting=drafting)
+        if finished:
             break
-        if drafting:
-            if same:
-                keep = common_prefix_length(d_side.stream.ids, t_side.stream.ids)
-                d_side.rewind(keep, list(t_side.stream.ids[keep:]))
-            else:
-                ctx.sync_draft(t_side.stream.text)
     draft_decoder = None if algorithm == "ar" else d_side.decoder
     stats.finish(new_tokens=len(out), wall_seconds=time.perf_counter() - wall0, target_forwards=t_side.decoder.forwards,
                  prompt_tokens=len(t_side.prompt), target_tokens_fed=t_side.decoder.tokens_fed,

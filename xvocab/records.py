@@ -15,6 +15,7 @@ import os
 import platform
 import subprocess
 import tempfile
+import time
 from functools import lru_cache
 from pathlib import Path
 
@@ -24,9 +25,17 @@ def config_hash(config: dict) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def append(path: str | Path, record: dict) -> None:
-    """Append one record as a JSON line: one write, under an exclusive lock, fsynced."""
+def writer_file(path: str | Path, writer: str) -> Path:
+    """The file one writer of `path`'s records appends to alone: `<stem>.d/<writer>.jsonl` beside it."""
     path = Path(path)
+    return path.parent / f"{path.stem}.d" / f"{writer}.jsonl"
+
+
+def append(path: str | Path, record: dict, writer: str | None = None) -> None:
+    """Append one record as a JSON line: one write, under an exclusive lock, fsynced. With `writer` (one per
+    process of a sweep, e.g. host and pid), the line goes to that writer's own file (`writer_file`), which no
+    other process writes: sound where file locks do not hold (a cluster's shared filesystem); `read` reads it."""
+    path = Path(path) if writer is None else writer_file(path, writer)
     path.parent.mkdir(parents=True, exist_ok=True)
     line = (json.dumps(record, sort_keys=True, default=str) + "\n").encode()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -62,9 +71,72 @@ def changed_settings(stored: dict, asked: dict) -> dict:
 
 
 def read(path: str | Path) -> list[dict]:
-    """All complete records of a file (a partial line left by a kill is skipped); a file kept compressed beside
-    the name (`records.jsonl.gz`, as results/ keeps superseded records) is read in its place."""
+    """All complete records of a file and of its writers' files (`writer_file`; a partial line left by a kill is
+    skipped); a file kept compressed beside the name (`records.jsonl.gz`, as results/ keeps superseded records)
+    is read in its place."""
     path = Path(path)
+    writers = path.parent / f"{path.stem}.d"
+    mine = _read_one(path)
+    return mine + [r for f in sorted(writers.glob("*.jsonl")) for r in _read_one(f)] if writers.is_dir() else mine
+
+
+def claim(path: str | Path, key: str, stale_after_s: float = 6 * 3600) -> bool:
+    """Claim the work `key` names (say a config hash and a prompt id) for this process, for the jobs of one sweep
+    sharing `path`'s records: True if it is now this process's to do, False if another live process holds it.
+
+    The claim is a file created with O_EXCL (atomic on local filesystems and on NFS v3 or later). A claim whose
+    process has died (same host: its pid is gone; another host: older than `stale_after_s`) is taken over,
+    so a rerun after a kill is never blocked. Call `release` once the work's record is written (or abandoned)."""
+    target = Path(path).parent / f"{Path(path).stem}.d" / "claims" / _safe(key)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    me = f"{platform.node()} {os.getpid()}"
+    for _ in range(2):
+        try:
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            try:
+                holder = target.read_text().split()
+                age = time.time() - target.stat().st_mtime
+            except (FileNotFoundError, ValueError):
+                continue  # released meanwhile: try again
+            if len(holder) == 2 and f"{holder[0]} {holder[1]}" == me:
+                return True
+            if not _dead(holder, age, stale_after_s):
+                return False
+            target.unlink(missing_ok=True)  # its process is gone: take it over
+            continue
+        with os.fdopen(fd, "w") as fh:
+            fh.write(me)
+        return True
+    return False
+
+
+def release(path: str | Path, key: str) -> None:
+    """Drop this process's claim on `key` (see `claim`)."""
+    (Path(path).parent / f"{Path(path).stem}.d" / "claims" / _safe(key)).unlink(missing_ok=True)
+
+
+def _safe(key: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in key)
+
+
+def _dead(holder: list[str], age: float, stale_after_s: float) -> bool:
+    if not holder:  # created, its holder not yet written (or it died in between)
+        return age > 60
+    if len(holder) != 2 or not holder[1].isdigit():
+        return True  # not a claim this code wrote
+    if holder[0] != platform.node():
+        return age > stale_after_s
+    try:
+        os.kill(int(holder[1]), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def _read_one(path: Path) -> list[dict]:
     packed = path.with_name(path.name + ".gz")
     if not path.exists() and packed.exists():
         import gzip

@@ -303,8 +303,9 @@ def train_student(model, teacher_docs: list[list[int]], raw_docs: list[list[int]
     work_dir.mkdir(parents=True, exist_ok=True)
     ckpt, log_path = work_dir / "checkpoint.pt", work_dir / "train_log.jsonl"
     device = next(model.parameters()).device
-    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+    trained = [p for p in model.parameters() if p.requires_grad]  # a frozen embedding is not (train_embedding=false)
+    decay = [p for p in trained if p.ndim >= 2]
+    no_decay = [p for p in trained if p.ndim < 2]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
                                    {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.95))
     progress = {"step": 0, "tokens": 0, "seconds": 0.0}
@@ -364,13 +365,16 @@ def train_student(model, teacher_docs: list[list[int]], raw_docs: list[list[int]
 
 
 def save_student(model, tokenizer, out_dir: str | Path, *, tokenizer_name: str, dtype: str, extra: dict,
-                 files: dict[str, Path] | None = None, encoding: str = DEFAULT_ENCODING) -> Path:
+                 files: dict[str, Path] | None = None, encoding: str = DEFAULT_ENCODING,
+                 shared_embedding: str | None = None) -> Path:
     """Write a standard Hugging Face checkpoint (weights in `dtype`, the tokenizer's files) atomically.
 
     `config.json` also names the zoo tokenizer (`xvocab_tokenizer`), so xvocab loads the exact
     tokenizer it was trained with, and the encoding of its training text (`xvocab_draft_encoding`),
     so the engine drafts with the same one; `extra` (training facts) goes to `xvocab_training.json`; `files`
     ({name: path}) are copied in. An existing `out_dir` is replaced whole, never half-written.
+    `shared_embedding` (a drafter name or path whose token embedding this model kept, frozen): the checkpoint is
+    written without it and names that drafter instead (xvocab.zoo.shared_embedding).
     """
     from xvocab.zoo.cache import atomic_dir
 
@@ -384,6 +388,10 @@ def save_student(model, tokenizer, out_dir: str | Path, *, tokenizer_name: str, 
         setattr(copy.config, ENCODING_KEY, encoding)
         copy.save_pretrained(str(tmp), safe_serialization=True)
         tokenizer.save_pretrained(str(tmp))
+        if shared_embedding is not None:
+            from xvocab.zoo import shared_embedding as shared
+
+            shared.strip(tmp, shared_embedding, copy.get_input_embeddings().weight)
         (tmp / "xvocab_training.json").write_text(json.dumps(extra, indent=1, sort_keys=True, default=str))
         for name, path in (files or {}).items():
             shutil.copy(path, tmp / name)

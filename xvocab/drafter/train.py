@@ -150,6 +150,12 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
     shape = StudentShape(s.layers, s.hidden, s.intermediate, s.heads)
     model = (_initial(s.init_from, cfg.draft_tokenizer, s.encoding, shape, grow=bool(s.get("grow"))) if s.init_from
              else build_student(tokenizer, shape, seed=cfg.seed)).to(device)
+    train_embedding = bool(s.get("train_embedding", True))
+    if not train_embedding:  # the layers learn the new target; the checkpoint then ships without the embedding
+        if not s.init_from:
+            raise ConfigError("student.train_embedding=false keeps the token embedding of the drafter it starts from: "
+                              "set student.init_from to one (a zoo drafter name or a checkpoint directory)")
+        model.get_input_embeddings().weight.requires_grad_(False)
     work = Path(cfg.work_dir) / "students" / cfg.name
     work.mkdir(parents=True, exist_ok=True)
     _check_resume(work / "config.json", {"student": settings, "draft_tokenizer": cfg.draft_tokenizer,
@@ -192,7 +198,8 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
     (work / "README.md").write_text(model_card(cfg.name, extra))
     return save_student(model, tokenizer, cfg.out_dir, tokenizer_name=cfg.draft_tokenizer, dtype=s.save_dtype,
                         extra=extra, files={"train_log.jsonl": work / "train_log.jsonl", "loss.png": work / "loss.png",
-                                            "README.md": work / "README.md"}, encoding=s.encoding)
+                                            "README.md": work / "README.md"}, encoding=s.encoding,
+                        shared_embedding=None if train_embedding else s.init_from)
 
 
 HOLDOUT_RULE = "id-hash"  # recorded with each student run: resuming one split another way is refused
@@ -287,6 +294,7 @@ def _check_resume(path: Path, settings: dict) -> None:
         old.setdefault("onpolicy", False)
         old.setdefault("next_token", "text")
         old.setdefault("grow", False)
+        old.setdefault("train_embedding", True)
         old.setdefault("extra_teacher", [])
         diff = records.changed_settings(old, new)
         if diff:

@@ -177,8 +177,20 @@ def load_checkpoint(path: str, *, dtype: torch.dtype | str = torch.float32, devi
     """The causal LM of a checkpoint directory or hub id, in eval mode, on `device` or spread by `device_map`."""
     from transformers import AutoModelForCausalLM
 
+    from xvocab.zoo import shared_embedding
+
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype)
+    if shared_embedding.shared_from(path) is not None:  # its token embedding is another drafter's: filled in, checked
+        from transformers.utils import logging as hf_logging
+
+        level = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()  # the embedding is missing on purpose: no "newly initialized" warning
+        try:
+            net = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        finally:
+            hf_logging.set_verbosity(level)
+        return shared_embedding.fill(net, path).to(device or default_device()).eval()
     if device_map is not None:
         return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, device_map=device_map).eval()
     return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device or default_device()).eval()

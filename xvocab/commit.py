@@ -1,0 +1,82 @@
+"""The commit step both decoding loops share: what a verified round adds to a sequence, and how both sides follow.
+
+What: `commit` takes the tokens one round verified (the accepted proposals and the target's own token), keeps
+those up to the sequence's end (an EOS id, a stop string, or the token budget), appends them to the output,
+releases the noise tape up to there, moves the target's stream past them and re-syncs the draft to the new
+text. `Stop` is the end rule: the first token that is an EOS id, or whose prefix's text first contains a
+stop string.
+
+Why here: xvocab.engine (one sequence) and xvocab.batch (many rows) drive the same round; the end rule and
+what follows a commit are written once so that the two loops cannot drift apart.
+
+Invariant (lossless): where a sequence ends depends on its tokens alone, never on how they were proposed:
+`Stop.cut` checks every prefix in order, so a round that commits five tokens ends exactly where five
+rounds of one token each (`ar`) would.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from xvocab.algorithms.common import DraftContext, Side
+from xvocab.alignment.translate import common_prefix_length
+from xvocab.errors import ConfigError
+
+
+def check_stop(stop) -> tuple[str, ...]:
+    """`stop` as a tuple of strings: None or () for none, one str, or a list of non-empty strs."""
+    if stop is None:
+        return ()
+    strings = (stop,) if isinstance(stop, str) else stop
+    if not isinstance(strings, (list, tuple)) or not all(isinstance(s, str) and s for s in strings):
+        raise ConfigError(f"stop={stop!r}: pass a string or a list of non-empty strings (the text that ends a "
+                          f"completion, e.g. ['\\ndef ', '\\nclass ']), or None")
+    return tuple(strings)
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Where a sequence ends: after the first token in `eos`, or after the first token whose generated text
+    (`decode` of the output so far, the prompt excluded) contains one of `strings`."""
+    eos: frozenset[int]
+    strings: tuple[str, ...] = ()
+    decode: Callable[[list[int]], str] | None = None
+
+    def cut(self, out: list[int], new: list[int]) -> int | None:
+        """How many tokens of `new` to keep if the sequence ends inside it (`out` is what came before), else None."""
+        for i, token in enumerate(new):
+            if token in self.eos:
+                return i + 1
+            if self.strings:
+                text = self.decode(out + new[: i + 1])
+                if any(s in text for s in self.strings):
+                    return i + 1
+        return None
+
+
+def stop_rule(eos, strings: tuple[str, ...], tokenizer) -> Stop:
+    """The Stop of a pair's EOS set and the caller's stop strings, decoding as the output's text is decoded."""
+    return Stop(frozenset(eos), strings, (lambda ids: tokenizer.decode(ids, skip_special_tokens=True))
+                if strings else None)
+
+
+def commit(out: list[int], new: list[int], *, max_new_tokens: int, stop: Stop, t_side: Side, d_side: Side,
+           ctx: DraftContext, same_vocab: bool, drafting: bool) -> tuple[list[int], bool]:
+    """Append to `out` the part of `new` (a round's verified tokens) that the sequence emits; return it and
+    whether the sequence has ended. The target's stream moves past it (its cache keeps the accepted
+    proposals: a Decoder keeps the prefix it shares with what comes next); a sequence still going re-syncs its
+    draft: by token prefix when both share a vocabulary, else by text."""
+    end = stop.cut(out, new)
+    new = new[: min(len(new) if end is None else end, max_new_tokens - len(out))]
+    out += new
+    if ctx.tape is not None:
+        ctx.tape.release(len(out))
+    t_side.rewind(len(t_side.stream.ids), new)
+    finished = end is not None or len(out) >= max_new_tokens
+    if drafting and not finished:
+        if same_vocab:
+            keep = common_prefix_length(d_side.stream.ids, t_side.stream.ids)
+            d_side.rewind(keep, list(t_side.stream.ids[keep:]))
+        else:
+            ctx.sync_draft(t_side.stream.text)
+    return new, finished
