@@ -23,7 +23,7 @@ import torch
 
 import xvocab
 from experiments.bench_out import publish
-from experiments.run import load_pair
+from experiments.runner import draft_kwargs, load_pair
 from xvocab import defaults
 
 
@@ -74,7 +74,7 @@ def measure(method, row, args, models, clock, seed, hf_draft):
                           assisted=method == "hf_assisted")
     else:
         alg = method.split("_", 1)[1]
-        ids = xvocab.generate(row["prompt"], target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt,
+        ids = xvocab.generate(row["prompt"], target=target, target_tokenizer=tt, **draft_kwargs(alg, draft, dt),
                               algorithm=alg, k=args.k, max_new_tokens=args.max_new_tokens,
                               temperature=args.temperature, seed=seed,
                               draft_confidence=args.draft_confidence).token_ids

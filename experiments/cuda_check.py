@@ -31,17 +31,17 @@ def main(argv=None) -> int:
     target, tt, draft, dt = xvocab.load_pair(*args.pair, dtype=args.dtype, device="cuda")
     rows, failures = [], []
     prompts = xvocab.zoo.dataset("humaneval")[: args.prompts]
-    kw = dict(target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt, k=defaults.K,
-              max_new_tokens=args.max_new_tokens)
-    xvocab.generate(prompts[0]["prompt"], algorithm="slem", **{**kw, "max_new_tokens": 8})  # warm-up
+    kw = dict(target=target, target_tokenizer=tt, k=defaults.K, max_new_tokens=args.max_new_tokens)
+    pair = dict(draft=draft, draft_tokenizer=dt)
+    xvocab.generate(prompts[0]["prompt"], algorithm="slem", **{**kw, **pair, "max_new_tokens": 8})  # warm-up
     for temperature in (0.0, 1.0):
         for row in prompts:
             ref = xvocab.generate(row["prompt"], algorithm="ar", temperature=temperature, **kw)
             rows.append({"prompt": row["id"], "algorithm": "ar", "temperature": temperature,
                          **ref.stats.summary()})
             for alg in ("slem", "tli", "slrs"):
-                out = xvocab.generate(row["prompt"], algorithm=alg, temperature=temperature, **kw)
-                again = xvocab.generate(row["prompt"], algorithm=alg, temperature=temperature, **kw)
+                out = xvocab.generate(row["prompt"], algorithm=alg, temperature=temperature, **kw, **pair)
+                again = xvocab.generate(row["prompt"], algorithm=alg, temperature=temperature, **kw, **pair)
                 if out.token_ids != again.token_ids:
                     failures.append(f"{alg} T={temperature} {row['id']}: same seed, different output")
                 if temperature == 0 and out.token_ids != ref.token_ids:

@@ -34,7 +34,7 @@ from experiments.runner import load_pair
 from xvocab import defaults, records
 from xvocab.coupling import agreement
 from xvocab.kv import Decoder
-from xvocab.engine import draft_params
+from xvocab.rounds import draft_params
 from xvocab.pair import output_vocab, prepare
 from xvocab.sampling import SamplingParams, logits_to_probs
 

@@ -30,7 +30,7 @@ import xvocab
 from experiments.datasets import load
 from experiments import variants as specs
 from experiments.bench_out import publish
-from experiments.runner import load_pair
+from experiments.runner import draft_kwargs, load_pair
 from xvocab import defaults, records
 from xvocab.errors import ConfigError
 
@@ -48,7 +48,7 @@ def decode(variant: dict, prompt: str, seed: int, args, models) -> dict:
     target, tt, draft, dt = models
     options = {k: v for k, v in variant.items() if k in OPTIONS}
     start = time.perf_counter()
-    out = xvocab.generate(prompt, target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt,
+    out = xvocab.generate(prompt, target=target, target_tokenizer=tt, **draft_kwargs(variant["algorithm"], draft, dt),
                           algorithm=variant["algorithm"], max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                           seed=seed, **({"k": args.k} | options))
     wall = time.perf_counter() - start

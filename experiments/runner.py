@@ -65,6 +65,11 @@ def load_pair(target: str, draft: str | None, dtype: str, device: str, device_ma
     return t_model, t_tok, d_model, d_tok
 
 
+def draft_kwargs(algorithm: str, draft, draft_tokenizer) -> dict:
+    """generate()'s draft arguments for `algorithm`: none for `ar` (it refuses a draft it would not use)."""
+    return {} if algorithm == "ar" else {"draft": draft, "draft_tokenizer": draft_tokenizer}
+
+
 def stop_strings(cfg: dict) -> list[str]:
     """The run's stop strings: `stop` a list of them, or a dataset's name for its standard ones (humaneval:
     experiments.humaneval.STOP), or null for none."""

@@ -23,7 +23,7 @@ from scipy.stats import chi2_contingency
 
 import xvocab
 from experiments.bench_vs_hf import hf_generate
-from experiments.run import load_pair
+from experiments.runner import draft_kwargs, load_pair
 from xvocab import defaults, records
 
 ALPHA = 1e-4
@@ -36,8 +36,8 @@ def draw(method, models, hf_draft, prompt, args, seed) -> tuple:
         ids = hf_generate(prompt, target, tt, hf_draft, dt, args.k, args.tokens, args.temperature, seed,
                           assisted=method == "hf_assisted")
         return tuple(ids[:args.tokens])
-    out = xvocab.generate(prompt, target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt,
-                          algorithm=method.split("_", 1)[1], k=args.k, max_new_tokens=args.tokens,
+    alg = method.split("_", 1)[1]
+    out = xvocab.generate(prompt, target=target, target_tokenizer=tt, **draft_kwargs(alg, draft, dt), algorithm=alg, k=args.k, max_new_tokens=args.tokens,
                           temperature=args.temperature, seed=seed)
     return tuple(out.token_ids[:args.tokens])
 

@@ -15,6 +15,11 @@ from xvocab.sampling import logits_to_probs
 from xvocab.zoo.tiny import mirror_model
 
 
+def drafting(algorithm: str, draft, draft_tokenizer) -> dict:
+    """generate()'s draft arguments for `algorithm`: none for ar, which refuses a draft it would not use."""
+    return {} if algorithm == "ar" else {"draft": draft, "draft_tokenizer": draft_tokenizer}
+
+
 def mirrored_pairs(pairs, seed=1) -> dict:
     """{(target, draft): (tiny target over the target tokenizer, its tokenizer, its mirror over the draft
     tokenizer, that tokenizer)}: a cross-vocabulary pair that agrees wherever the tokenizers do."""

@@ -16,7 +16,7 @@ import collections
 
 import pytest
 import torch
-from _support import chi_square_pvalue, flipping_policy, mirrored_pairs
+from _support import chi_square_pvalue, drafting, flipping_policy, mirrored_pairs
 
 import xvocab
 from xvocab import generate, generate_batch
@@ -120,7 +120,7 @@ def test_coupled_slem_emits_exactly_what_coupled_ar_emits(pairs, pair):
             assert slem.stats.target_forwards < len(ar)  # it did speculate, and got proposals accepted
     # The control: without coupling, the random streams depend on the proposals, and the outputs differ.
     s = dict(temperature=1.0, seed=0)
-    free = [generate(p, algorithm=a, draft=draft, draft_tokenizer=dt, target=target, target_tokenizer=tt,
+    free = [generate(p, algorithm=a, **drafting(a, draft, dt), target=target, target_tokenizer=tt,
                      max_new_tokens=24, **s).token_ids for p in PROMPTS for a in ("ar", "slem")]
     assert free[0::2] != free[1::2]
 

@@ -209,3 +209,121 @@ def test_bad_input_is_refused_by_name_before_any_model_runs(qwen, kw, match):
     with pytest.raises(ConfigError, match=match):  # the batch path validates alike
         xvocab.generate_batch([kw.get("prompt", PROMPT)],
                               **{key: v for key, v in args.items()})
+
+
+def test_no_two_prompts_or_sides_share_a_random_stream():
+    """A sweep gives prompt i the seed `seed + i`; its draft and tape streams must differ from every prompt's
+    target stream (the draft's used to be seed + 1: the next prompt's). Control: the old rule collides."""
+    from xvocab.seeds import draft_seed, tape_seed
+
+    targets = set(range(0, 10_000))
+    assert not {draft_seed(s) for s in targets} & targets
+    assert not {tape_seed(s) for s in targets} & targets
+    assert len({draft_seed(s) for s in targets}) == len(targets)
+    assert {s + 1 for s in targets} & targets  # the old derivation: collides
+
+
+def test_options_an_algorithm_would_ignore_are_refused_by_name():
+    """coupling= with a rejection-sampling algorithm, a draft passed to ar, a slow tokenizer: each refused before any
+    model runs, on both loops."""
+    from _support import mirrored_pairs
+
+    from xvocab.errors import ConfigError
+
+    target, tt, draft, dt = mirrored_pairs([("starcoder", "refact")])["starcoder", "refact"]
+    kw = dict(target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt, max_new_tokens=4)
+    for call in (xvocab.generate, lambda p, **a: xvocab.generate_batch([p], **a)):
+        for algorithm in ("tli", "slrs"):
+            with pytest.raises(ConfigError, match="coupling='gumbel' couples exact-match"):
+                call("def f():", **kw, algorithm=algorithm, coupling="gumbel", temperature=1.0)
+        with pytest.raises(ConfigError, match="'ar' decodes with the target alone"):
+            call("def f():", **kw, algorithm="ar")
+
+    class Slow:  # what transformers' Python tokenizers say of themselves
+        is_fast = False
+
+    with pytest.raises(ConfigError, match="slow .*use_fast=True"):
+        xvocab.generate("def f():", target=target, target_tokenizer=Slow(), algorithm="ar", max_new_tokens=4)
+    # controls: the same calls with what they allow run
+    xvocab.generate("def f():", **kw, algorithm="slem", coupling="gumbel", temperature=1.0)
+    xvocab.generate("def f():", target=target, target_tokenizer=tt, algorithm="ar", max_new_tokens=4)
+
+
+def test_context_limit_is_read_from_the_text_config_on_both_loops():
+    """A multimodal config (Gemma 3's) nests max_position_embeddings in its text config: both loops refuse a
+    request past it. Control: the nested limit is absent from the top-level config."""
+    from _support import mirrored_pairs
+
+    from xvocab.errors import ConfigError
+    from xvocab.kv import context_limit
+
+    target, tt, _, _ = mirrored_pairs([("starcoder", "refact")])["starcoder", "refact"]
+
+    class Nested:  # a top-level config without the limit, whose text config has it
+        def __init__(self, text):
+            self.text = text
+
+        def get_text_config(self, decoder=False):
+            return self.text
+
+        def __getattr__(self, name):
+            if name == "max_position_embeddings":
+                raise AttributeError(name)
+            return getattr(self.text, name)
+
+    original = target.config
+    try:
+        target.config = Nested(original)
+        assert not hasattr(target.config, "max_position_embeddings")
+        assert context_limit(target) == original.max_position_embeddings
+        too_many = original.max_position_embeddings
+        for call in (xvocab.generate, lambda p, **a: xvocab.generate_batch([p], **a)):
+            with pytest.raises(ConfigError, match="exceeds the target's context"):
+                call(PROMPT, target=target, target_tokenizer=tt, algorithm="ar", max_new_tokens=too_many)
+    finally:
+        target.config = original
+
+
+def test_the_package_has_no_import_cycle_and_no_module_imports_anothers_private_names():
+    """Every import in xvocab/ (function-level ones too) read from the source: the module graph has no cycle, and
+    no `from xvocab.x import _name` or `x._name` reaches into another module. Control: the graph walk finds a
+    cycle when one is added."""
+    import ast
+    from pathlib import Path
+
+    root = Path(xvocab.__file__).parent
+    modules = {".".join(p.relative_to(root.parent).with_suffix("").parts).removesuffix(".__init__"): p
+               for p in root.rglob("*.py")}
+    graph, private = {}, []
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text())
+        deps = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("xvocab"):
+                deps.add(node.module)
+                deps.update(f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in modules)
+                private += [f"{name}: from {node.module} import {a.name}" for a in node.names
+                            if a.name.startswith("_") and node.module != name]
+            elif isinstance(node, ast.Import):
+                deps.update(a.name for a in node.names if a.name.startswith("xvocab"))
+        graph[name] = {d for d in deps if d in modules and d != name and not name.startswith(d + ".")
+                       and d != "xvocab"}
+
+    def cycle(g):
+        state = {}
+
+        def visit(n, stack):
+            state[n] = 1
+            for m in sorted(g.get(n, ())):
+                if state.get(m) == 1:
+                    return stack + [n, m]
+                if m not in state and (found := visit(m, stack + [n])):
+                    return found
+            state[n] = 2
+            return None
+
+        return next((c for n in sorted(g) if n not in state and (c := visit(n, []))), None)
+
+    assert cycle(graph) is None, cycle(graph)
+    assert not private, private
+    assert cycle(graph | {"xvocab.rounds": graph["xvocab.rounds"] | {"xvocab.engine"}}) is not None  # control

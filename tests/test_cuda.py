@@ -1,5 +1,6 @@
 """The CUDA path (skipped without CUDA): greedy equality and determinism on the GPU."""
 import pytest
+from _support import drafting
 
 import xvocab
 from xvocab.zoo.tiny import mirror_model
@@ -61,7 +62,7 @@ def test_graph_greedy_equals_eager_in_fp32(alg):
     tt, dt = xvocab.zoo.tokenizer("starcoder"), xvocab.zoo.tokenizer("refact")
     target = xvocab.zoo.tiny_model(tt, seed=1)
     draft = mirror_model(target, tt, dt).cuda()
-    kw = dict(target=target.cuda(), target_tokenizer=tt, draft=draft, draft_tokenizer=dt, max_new_tokens=24,
+    kw = dict(target=target.cuda(), target_tokenizer=tt, **drafting(alg, draft, dt), max_new_tokens=24,
               algorithm=alg)
     for prompt in ("def f(x):", "The quick brown fox"):
         assert xvocab.generate(prompt, cache="graph", **kw).token_ids == xvocab.generate(prompt, **kw).token_ids

@@ -11,7 +11,7 @@ import torch
 from _support import count_transfers, mirrored_pairs
 
 import xvocab
-from xvocab import engine
+from xvocab import rounds
 from xvocab.batch_kv import BUCKETS, BatchDecoder
 
 PAIRS = [("starcoder", "refact"), ("qwen2", "llama-bpe")]
@@ -26,8 +26,8 @@ def _decode_counted(monkeypatch, pair, alg, prompt="def f(x):\n    return", n=16
     model, tt, draft, dt = pair
     counter = count_transfers(monkeypatch)
     with counter:
-        out = xvocab.generate(prompt, target=model, target_tokenizer=tt, draft=draft, draft_tokenizer=dt,
-                              algorithm=alg, k=4, max_new_tokens=n, cache="graph")
+        out = xvocab.generate(prompt, target=model, target_tokenizer=tt, algorithm=alg, k=4, max_new_tokens=n,
+                              cache="graph", **({} if alg == "ar" else {"draft": draft, "draft_tokenizer": dt}))
     counter.mark("end")
     return out, counter
 
@@ -52,13 +52,13 @@ def test_greedy_graph_path_blocks_once_per_step(monkeypatch, pairs, alg, pair_na
 def test_the_counter_sees_a_blocking_upload(monkeypatch, pairs):
     """Negative control: verification that uploads the proposal again (as it did before) is seen: two blocking
     transfers between two steps."""
-    verify = engine.verify_proposal
+    verify = rounds.verify_proposal
 
     def reuploading(logits, proposal, *args, **kwargs):
         torch.tensor(proposal.ids, dtype=torch.long, device=logits.device)
         return verify(logits, proposal, *args, **kwargs)
 
-    monkeypatch.setattr(engine, "verify_proposal", reuploading)
+    monkeypatch.setattr(rounds, "verify_proposal", reuploading)
     _, counter = _decode_counted(monkeypatch, pairs[PAIRS[0]], "slem")
     assert max(n for label, n in counter.intervals[1:] if label != "fixed") == 2
     assert any("torch.tensor" not in s and "tensor(device=)" in s for s in counter.stray)

@@ -3,7 +3,7 @@ the dynamic one does: logits after any history of feeds and rollbacks, across a 
 capacity it must grow; greedy outputs and seeded samples of every algorithm equal the dynamic path's."""
 import pytest
 import torch
-from _support import mirrored_pairs
+from _support import drafting, mirrored_pairs
 
 import xvocab
 from xvocab import kv
@@ -62,7 +62,7 @@ def test_greedy_static_equals_dynamic_for_every_algorithm(pairs, pair):
     target, tt, draft, dt = pairs[pair]
     for prompt in PROMPTS:
         for alg in ("ar", "slem", "tli", "slrs"):
-            kw = dict(target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt, algorithm=alg, k=4,
+            kw = dict(target=target, target_tokenizer=tt, **drafting(alg, draft, dt), algorithm=alg, k=4,
                       max_new_tokens=20)
             dynamic, static = generate(prompt, **kw), generate(prompt, **kw, cache="static")
             assert static.token_ids == dynamic.token_ids, (alg, prompt)

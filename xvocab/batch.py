@@ -5,7 +5,7 @@
                  draft sequences they ask about go through ONE draft forward (xvocab.batch_kv.BatchDecoder),
                  until every row has its proposal (rows propose different numbers of ids)
       verifying: ONE target forward over every row's pending ids + proposal (ragged), then each row's
-                 proposal is verified by the single-sequence rule (xvocab.engine.verify_proposal) with that
+                 proposal is verified by the single-sequence rule (xvocab.rounds.verify_proposal) with that
                  row's own generator; rows accept different counts, roll back their own caches, re-sync their
                  own draft text (SLEM/SLRS re-tokenize per row), and finish at their own EOS or length.
 
@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from xvocab import defaults, engine
-from xvocab.algorithms import DraftContext, Proposal
+from xvocab import defaults, rounds
+from xvocab.algorithms import DRAFTERS, DraftContext, Proposal
 from xvocab.algorithms.common import Side
 from xvocab.commit import check_stop, commit, stop_rule
 from xvocab.batch_kv import BUCKETS, BatchDecoder, DecoderPool
@@ -38,6 +38,7 @@ from xvocab.errors import ConfigError
 from xvocab.pair import head_device, prepare
 from xvocab.roles import prompt_ids
 from xvocab.sampling import SamplingParams
+from xvocab.seeds import draft_seed
 from xvocab.stats import Stats
 
 
@@ -57,7 +58,7 @@ class _Row:
     start: float = 0.0        # when it took its slot (perf_counter)
     wall: float = 0.0         # seconds from its slot to its last token
     fed: tuple = (0, 0, 0)    # (target tokens, draft forwards, draft tokens) its slot had taken before it
-    output: engine.Output | None = None
+    output: rounds.Output | None = None
     forwards: int = 0         # target forwards this row took part in
 
 
@@ -83,7 +84,7 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
                    policy=None, graphs: bool = False, draft_temperature: float | None = defaults.DRAFT_TEMPERATURE,
                    batch_size: int | None = None, on_finish=None, coupling: str = defaults.COUPLING,
                    progress: bool = False, stop: str | list[str] | None = None,
-                   decoders: DecoderPool | None = None) -> list[engine.Output]:
+                   decoders: DecoderPool | None = None) -> list[rounds.Output]:
     """Continue every prompt of `prompts` with `target`, drafted by `draft` through `algorithm`, as one batch.
 
     Row i is decoded as `xvocab.generate(prompts[i], ..., seed=seed + i)` would decode it (module docstring;
@@ -103,7 +104,7 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
         raise ConfigError(f"draft_confidence={draft_confidence} is outside [0, 1]; use 0 to always draft k tokens")
     stop = check_stop(stop)
     for prompt in prompts:
-        engine._validate(prompt, target_tokenizer, draft, draft_tokenizer, algorithm, k, max_new_tokens)
+        rounds.validate(prompt, target_tokenizer, draft, draft_tokenizer, algorithm, k, max_new_tokens)
     seeds = [seed + i for i in range(len(prompts))] if isinstance(seed, int) else list(seed)
     if len(seeds) != len(prompts):
         raise ConfigError(f"{len(seeds)} seeds for {len(prompts)} prompts; pass one seed per prompt, or an int")
@@ -119,19 +120,20 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
     d_device = head_device(draft) if speculating else device
     t_prompts = [prompt_ids(target_tokenizer, p) for p in prompts]
     for ids in t_prompts:
-        engine._check_context(target, len(ids), max_new_tokens)
+        rounds.check_context(target, len(ids), max_new_tokens)
     decoder = (decoders or DecoderPool()).get  # (a fresh pool: decoders for this call alone)
     t_dec = decoder("target", target, slots, max(map(len, t_prompts)) + max_new_tokens + k + BUCKETS[-1], graphs)
     d_dec = None
     rows = []
     for i, (prompt, t_prompt) in enumerate(zip(prompts, t_prompts)):
         generator = torch.Generator(device=device).manual_seed(seeds[i])
-        draft_generator = generator if d_device == device else torch.Generator(device=d_device).manual_seed(seeds[i] + 1)
+        draft_generator = (generator if d_device == device
+                           else torch.Generator(device=d_device).manual_seed(draft_seed(seeds[i])))
         t_side = Side(None, pair.target_codec, t_prompt)
         d_side = Side(None, pair.draft_codec, pair.draft_prompt(prompt)) if speculating else t_side
-        ctx = DraftContext(t_side, d_side, engine.draft_params(params, draft_temperature), draft_generator,
+        ctx = DraftContext(t_side, d_side, rounds.draft_params(params, draft_temperature), draft_generator,
                            pair.same_vocab, pair.tables, draft_confidence,
-                           tape=engine.noise_tape(coupling, algorithm, params, seeds[i], target, device))
+                           tape=rounds.noise_tape(coupling, algorithm, params, seeds[i], target, device))
         rows.append(_Row(i, t_side, d_side, ctx, generator, Stats(k=k), speculating))
     if speculating:
         d_dec = decoder("draft", draft, slots,
@@ -168,7 +170,7 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
         for r in live:
             proposal = proposals[r.index]
             r.forwards += 1
-            n_acc, nxt = engine.verify_proposal(logits[r.slot], proposal, params, r.generator, r.ctx.tape,
+            n_acc, nxt = rounds.verify_proposal(logits[r.slot], proposal, params, r.generator, r.ctx.tape,
                                                 position=len(r.out))
             accepted.append((len(proposal.ids), n_acc))
             new = proposal.ids[:n_acc] + [nxt]
@@ -201,14 +203,14 @@ def _slot_counts(slot: int, t_dec: BatchDecoder, d_dec: BatchDecoder | None) -> 
                                       if d_dec is not None else (0, 0)))
 
 
-def _finish(r: _Row, t_dec: BatchDecoder, d_dec: BatchDecoder | None, tokenizer) -> engine.Output:
+def _finish(r: _Row, t_dec: BatchDecoder, d_dec: BatchDecoder | None, tokenizer) -> rounds.Output:
     """Row r's Output (kept on the row) from what its slot took part in since it took the slot."""
     target_fed, draft_forwards, draft_fed = (now - before for now, before in
                                              zip(_slot_counts(r.slot, t_dec, d_dec), r.fed))
     r.stats.finish(new_tokens=len(r.out), wall_seconds=r.wall, target_forwards=r.forwards,
                    prompt_tokens=len(r.t_side.prompt), target_tokens_fed=target_fed,
                    draft_forwards=draft_forwards, draft_tokens_fed=draft_fed, align_seconds=r.ctx.align_seconds)
-    r.output = engine.Output(r.out, tokenizer.decode(r.out, skip_special_tokens=True), r.stats)
+    r.output = rounds.Output(r.out, tokenizer.decode(r.out, skip_special_tokens=True), r.stats)
     return r.output
 
 
@@ -222,7 +224,7 @@ def _draft_round(live: list[_Row], algorithm: str, k: int, max_new_tokens: int,
         if not r.drafting or budget <= 0:
             proposals[r.index] = Proposal([])
             continue
-        calls[r.slot] = engine.DRAFTERS[algorithm](r.ctx, budget)
+        calls[r.slot] = DRAFTERS[algorithm](r.ctx, budget)
         asks[r.slot], done = _start(calls[r.slot])
         if done is not None:
             proposals[r.index] = done

@@ -24,7 +24,7 @@ import torch
 
 from xvocab.alignment.translate import common_prefix_length
 from xvocab.host import Upload, device_side
-from xvocab.kv import check_model, checked_sequence, grow_layer
+from xvocab.kv import check_model, checked_sequence, context_limit, grow_layer, text_config
 from xvocab.packed_linear import packed_linears
 
 
@@ -87,9 +87,8 @@ class BatchDecoder:
         check_model(model)
         self.model = model
         self.n_rows = rows
-        config = model.config.get_text_config(decoder=True)
-        limit = getattr(config, "max_position_embeddings", None)
-        self.limit = int(limit) if limit else None
+        config = text_config(model)
+        self.limit = context_limit(model)
         self.capacity = min(capacity, self.limit) if self.limit else capacity
         self.plan = {"n_rows": rows, "capacity": self.capacity}
         self.cache = _cache(self.plan, config.num_hidden_layers)

@@ -16,29 +16,42 @@ import torch
 from xvocab.kv import Decoder
 
 
-def _sync(device: torch.device) -> None:
+def sync(device: torch.device) -> None:
+    """Wait for the device's queued work (CUDA runs asynchronously; a CPU's forward has returned when done)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def median_seconds(call, *, device: torch.device, reps: int, warmup: int, after=None) -> float:
+    """Median wall seconds of `call()` over `reps` timed calls after `warmup` untimed ones, the device synced
+    before and after each; `after()` (untimed) runs after each call (say, to crop a cache back)."""
+    times = []
+    for _ in range(warmup + reps):
+        sync(device)
+        start = time.perf_counter()
+        call()
+        sync(device)
+        times.append(time.perf_counter() - start)
+        if after is not None:
+            after()
+    return statistics.median(times[warmup:])
+
+
+def random_ids(model, n: int, generator: torch.Generator) -> list[int]:
+    """`n` ids drawn uniformly from the model's embedding rows (timings do not depend on which)."""
+    return torch.randint(model.get_input_embeddings().weight.shape[0], (n,), generator=generator).tolist()
 
 
 @torch.inference_mode()
 def forward_ms(model, *, new_tokens: int, context: int = 128, reps: int = 20, seed: int = 0) -> float:
     """Median milliseconds of one forward of `new_tokens` tokens after `context` cached tokens."""
     gen = torch.Generator().manual_seed(seed)
-    vocab = model.get_input_embeddings().weight.shape[0]
-    prefix = torch.randint(vocab, (context,), generator=gen).tolist()
-    extra = torch.randint(vocab, (new_tokens,), generator=gen).tolist()
+    prefix, extra = random_ids(model, context, gen), random_ids(model, new_tokens, gen)
     decoder = Decoder(model)
     decoder.step(prefix[:-1])
-    times = []
-    for _ in range(reps + 2):  # two untimed warm-up calls
-        _sync(decoder.device)
-        start = time.perf_counter()
-        decoder.step(prefix, extra[:-1]) if new_tokens > 1 else decoder.step(prefix)
-        _sync(decoder.device)
-        times.append(time.perf_counter() - start)
-        decoder.crop(context - 1)
-    return 1000 * statistics.median(times[2:])
+    step = (lambda: decoder.step(prefix, extra[:-1])) if new_tokens > 1 else (lambda: decoder.step(prefix))
+    return 1000 * median_seconds(step, device=decoder.device, reps=reps, warmup=2,
+                                 after=lambda: decoder.crop(context - 1))
 
 
 def cost_ratios(*, target_ms: float, draft_ms: float, verify_ms: float, k: int) -> dict:

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import torch
 
+from xvocab.seeds import tape_seed
+
 from xvocab.alignment.tables import DraftIds
 from xvocab.sampling import argmax
 
@@ -38,8 +40,8 @@ class NoiseTape:
     """E_t for t = 0, 1, ...: one [vocab] float32 vector per continuation position, drawn in order of t."""
 
     def __init__(self, seed: int, vocab: int, device="cpu"):
-        # Its own stream (the seed offset keeps it apart from the sampler's generator of the same seed).
-        self.generator = torch.Generator(device=device).manual_seed(seed + (1 << 32))
+        # Its own stream, apart from the sampler's generator of the same seed (xvocab.seeds).
+        self.generator = torch.Generator(device=device).manual_seed(tape_seed(seed))
         self.vocab, self.device = vocab, torch.device(device)
         self._noise: dict[int, torch.Tensor] = {}
         self._drawn = 0     # positions drawn so far

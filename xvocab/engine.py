@@ -3,116 +3,34 @@
     propose  <- DRAFTERS[algorithm](ctx, k)        target-vocabulary ids (+ their distribution)
     p        <- target logits over [pending, proposals] in ONE forward
     accepted, next <- rejection_verify | exact_match_verify
-    commit accepted + next; crop both KV caches to the accepted prefix; re-sync the draft
+    commit accepted + next (xvocab.commit, shared with the batch loop): cut at EOS or a stop string,
+           crop both KV caches to the accepted prefix, re-sync the draft
 
 The engine knows nothing of how proposals are made (xvocab.algorithms) nor of how
 text is aligned (xvocab.alignment); `ar` is the empty proposal, so the baseline runs
-through this same loop. Randomness flows only through one torch.Generator seeded by
-`seed`: the same arguments give the same output.
+through this same loop. Randomness flows through at most three torch.Generators, each
+derived from `seed` (xvocab.seeds): the same arguments give the same output.
 """
 from __future__ import annotations
 
-import numbers
 import time
-from dataclasses import dataclass
 
 import torch
 
-from xvocab import defaults
+from xvocab import defaults, rounds
 from xvocab.algorithms import DRAFTERS, DraftContext, Proposal
 from xvocab.algorithms.common import Side, run
-from xvocab.alignment.tables import same_vocabulary
 from xvocab.commit import check_stop, commit, stop_rule
-from xvocab.coupling import COUPLINGS, NoiseTape
-from xvocab.errors import ConfigError, ContextFullError, VocabularyMismatchError
+from xvocab.errors import ConfigError, ContextFullError
 from xvocab.kv import CACHES, Decoder
-from xvocab.pair import head_device, output_vocab, prepare
+from xvocab.pair import head_device, prepare
 from xvocab.roles import prompt_ids
-from xvocab.sampling import ProbRows, SamplingParams, logits_to_probs
+from xvocab.rounds import ALGORITHMS, Output
+from xvocab.sampling import SamplingParams
+from xvocab.seeds import draft_seed
 from xvocab.stats import Stats
-from xvocab.verify import (coupled_exact_match_verify, exact_match_verify, greedy_verify, rejection_verify,
-                           rejection_verify_rows)
 
-ALGORITHMS = tuple(DRAFTERS)
-
-
-@dataclass(frozen=True)
-class Output:
-    token_ids: list[int]  # generated target-vocabulary ids, prompt excluded
-    text: str
-    stats: Stats
-
-
-def _validate(prompt, target_tokenizer, draft, draft_tokenizer, algorithm, k, max_new_tokens):
-    if not isinstance(prompt, str):
-        raise ConfigError(f"the prompt is a {type(prompt).__name__}; pass the text to continue as a str "
-                          f"(token ids: decode them with the target's tokenizer first)")
-    if not prompt:
-        raise ConfigError("the prompt is empty; pass the text to continue")
-    if target_tokenizer is None:
-        raise ConfigError("target_tokenizer is None; pass the target's tokenizer (xvocab.load_pair returns it)")
-    if algorithm not in DRAFTERS:
-        raise ConfigError(f"unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
-    for name, value in (("k", k), ("max_new_tokens", max_new_tokens)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):  # (numpy ints are Integral)
-            raise ConfigError(f"{name}={value!r} is a {type(value).__name__}; it counts tokens: pass an int")
-    if k < 1:
-        raise ConfigError(f"k={k}: the draft length must be at least 1")
-    if max_new_tokens < 1:
-        raise ConfigError(f"max_new_tokens={max_new_tokens}: must be at least 1")
-    if algorithm != "ar" and draft is None:
-        raise ConfigError(f"algorithm {algorithm!r} needs a draft model; pass draft= or use algorithm='ar'")
-    if algorithm != "ar" and draft_tokenizer is None:
-        raise ConfigError("the draft has no tokenizer; pass draft_tokenizer= (its own, even if it equals the target's)")
-    if algorithm == "sd" and not same_vocabulary(target_tokenizer, draft_tokenizer):
-        raise VocabularyMismatchError("algorithm 'sd' needs one shared vocabulary but the tokenizers differ; "
-                                      "use 'slem', 'tli' or 'slrs' for heterogeneous vocabularies")
-
-
-def _check_context(target, n_prompt: int, max_new_tokens: int) -> None:
-    limit = getattr(target.config, "max_position_embeddings", None)
-    if limit is not None and n_prompt + max_new_tokens > limit:
-        raise ConfigError(f"the prompt ({n_prompt} target tokens) plus max_new_tokens={max_new_tokens} exceeds the "
-                          f"target's context of {limit}; shorten the prompt or lower max_new_tokens")
-
-
-def noise_tape(coupling: str, algorithm: str, params: SamplingParams, seed: int, target, device) -> NoiseTape | None:
-    """The NoiseTape a sampled run verifies exact matches with under coupling="gumbel" (ar and slem; the
-    rejection-sampling algorithms ignore it), else None."""
-    if coupling not in COUPLINGS:
-        raise ConfigError(f"coupling={coupling!r}; choose one of {', '.join(COUPLINGS)}")
-    if coupling == "none" or params.greedy or algorithm not in ("ar", "slem"):
-        return None
-    return NoiseTape(seed, output_vocab(target), device)
-
-
-def draft_params(params: SamplingParams, draft_temperature: float | None) -> SamplingParams:
-    """The sampling the draft proposes with: the target's, or at `draft_temperature` when the target samples."""
-    if draft_temperature is None or params.greedy:
-        return params
-    if draft_temperature < 0:
-        raise ConfigError(f"draft_temperature={draft_temperature} is negative; use 0 (greedy drafting) or more")
-    return SamplingParams(draft_temperature, params.top_k, params.top_p)
-
-
-def verify_proposal(logits: torch.Tensor, proposal: Proposal, params: SamplingParams,
-                    generator: torch.Generator, tape: NoiseTape | None = None, position: int = 0) -> tuple[int, int]:
-    """(accepted count, next id) for `proposal` given the target's logits [n + 1, V] after the sequence and after
-    each proposed id: greedy match, exact match (SLEM and ar: no distribution; with a `tape`, the target's
-    samples are races on its noise at continuation positions `position`, ...) or rejection sampling (sd, tli,
-    slrs)."""
-    device = logits.device
-    if params.greedy:  # the target's choices read once and compared on the host, which knows the proposal
-        return greedy_verify(logits, proposal.ids)
-    proposed = torch.tensor(proposal.ids, dtype=torch.long, device=device)
-    if proposal.probs is None:
-        if tape is not None:
-            return coupled_exact_match_verify(ProbRows(logits, params), proposed, tape, position)
-        return exact_match_verify(ProbRows(logits, params), proposed, generator)  # rows on demand
-    on_cpu = device.type == "cpu"  # rows on demand there; one vectorized pass on accelerators
-    verify = rejection_verify_rows if on_cpu else rejection_verify
-    return verify(ProbRows(logits, params) if on_cpu else logits_to_probs(logits, params),
-                  proposal.probs.to(device), proposed, generator)
+__all__ = ["ALGORITHMS", "Output", "generate"]
 
 
 def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokenizer=None,
@@ -171,10 +89,10 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
         raise ConfigError(f"draft_confidence={draft_confidence} is outside [0, 1]; use 0 to always draft k tokens")
     params = SamplingParams(temperature, top_k, top_p)
     stop = check_stop(stop)
-    _validate(prompt, target_tokenizer, draft, draft_tokenizer, algorithm, k, max_new_tokens)
+    rounds.validate(prompt, target_tokenizer, draft, draft_tokenizer, algorithm, k, max_new_tokens)
     wall0 = time.perf_counter()
     t_prompt = prompt_ids(target_tokenizer, prompt)  # encoded once, for the context check and the decode
-    _check_context(target, len(t_prompt), max_new_tokens)
+    rounds.check_context(target, len(t_prompt), max_new_tokens)
     drafting = algorithm != "ar"
     pair = prepare(target, target_tokenizer, draft if drafting else None, draft_tokenizer, draft_encoding=draft_encoding)
     device = head_device(target)  # where the target's logits land, and verification runs
@@ -188,10 +106,11 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
     else:
         d_side = t_side
     d_device = head_device(draft) if drafting else device
-    # Drafting draws from its own generator on the draft's device (a second stream of the same seed).
-    draft_generator = generator if d_device == device else torch.Generator(device=d_device).manual_seed(seed + 1)
-    tape = noise_tape(coupling, algorithm, params, seed, target, device)
-    ctx = DraftContext(t_side, d_side, draft_params(params, draft_temperature), draft_generator, pair.same_vocab,
+    # Drafting draws from its own generator on the draft's device (a stream of its own: xvocab.seeds).
+    draft_generator = (generator if d_device == device
+                       else torch.Generator(device=d_device).manual_seed(draft_seed(seed)))
+    tape = rounds.noise_tape(coupling, algorithm, params, seed, target, device)
+    ctx = DraftContext(t_side, d_side, rounds.draft_params(params, draft_temperature), draft_generator, pair.same_vocab,
                        pair.tables, draft_confidence, tape=tape)
     end_rule = stop_rule(pair.eos, stop, target_tokenizer)
     stats = Stats(k=k)
@@ -209,7 +128,7 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
                 drafting = False  # the draft's context is full: the target decodes on alone (still exact)
                 stats.draft_stopped_at = len(out)
         logits = t_side.decoder.step(t_side.full(), proposal.ids)  # [n + 1, V]
-        n_acc, nxt = verify_proposal(logits, proposal, params, generator, tape, position=len(out))
+        n_acc, nxt = rounds.verify_proposal(logits, proposal, params, generator, tape, position=len(out))
         new = proposal.ids[:n_acc] + [nxt]
         stats.record_step(len(proposal.ids), n_acc, first_token=not out, now=time.perf_counter() - wall0)
         _, finished = commit(out, new, max_new_tokens=max_new_tokens, stop=end_rule, t_side=t_side, d_side=d_side,

@@ -30,7 +30,7 @@ def check_rollback(model) -> None:
     model with a cropped attention cache would silently use the wrong state.
     """
     config = getattr(model, "config", None)
-    text = getattr(config, "get_text_config", lambda **_: config)(decoder=True) if config is not None else None
+    text = text_config(model)
     kinds = set(getattr(text, "layer_types", None) or ())
     recurrent = {k for k in kinds if any(s in str(k) for s in ("mamba", "linear", "recurrent", "conv", "ssm",
                                                                  "delta", "rwkv"))}
@@ -40,6 +40,19 @@ def check_rollback(model) -> None:
         raise UnsupportedModelError(f"{type(model).__name__} ({what}) keeps recurrent state that cannot be rolled back to an "
                           f"earlier position, so rejected proposals would corrupt it; xvocab decodes attention-only "
                           f"models (every layer full or sliding-window attention). Use another target or draft")
+
+def text_config(model):
+    """The decoder's own config (a multimodal model's, Gemma 3's, nests it; a text model's is its config), or None."""
+    config = getattr(model, "config", None)
+    return getattr(config, "get_text_config", lambda **_: config)(decoder=True) if config is not None else None
+
+
+def context_limit(model) -> int | None:
+    """The positions the model was trained on (its text config's max_position_embeddings), or None if unstated:
+    the one place both loops and every decoder read it from."""
+    limit = getattr(text_config(model), "max_position_embeddings", None)
+    return int(limit) if limit else None
+
 
 # The first transformers release whose models take the KV cache as `cache=` (5.0-5.23 call it past_key_values).
 TRANSFORMERS_FLOOR = "5.24"
@@ -124,8 +137,7 @@ class Decoder:
             raise ValueError(f"cache={cache!r}; choose one of {', '.join(CACHES)}")
         self.model = model
         self.kind = cache
-        limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
-        self.limit = int(limit) if limit else None
+        self.limit = context_limit(model)
         self.capacity = 0
         self.cache = self._new_cache(capacity or 256)
         self.ids: list[int] = []  # the tokens whose states the cache holds
@@ -144,7 +156,7 @@ class Decoder:
         from transformers.cache_utils import Cache, StaticLayer
 
         self.capacity = min(capacity, self.limit) if self.limit else capacity
-        config = self.model.config.get_text_config(decoder=True)
+        config = text_config(self.model)
         return Cache(layers=[StaticLayer(max_cache_len=self.capacity) for _ in range(config.num_hidden_layers)])
 
     def _grow(self, n: int) -> None:

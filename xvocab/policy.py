@@ -31,15 +31,13 @@ lossless for any k (tests/test_batch.py compares outputs with the policy on and 
 """
 from __future__ import annotations
 
-import statistics
-import time
 from collections import deque
 from dataclasses import dataclass, field
 
 import torch
 
 from xvocab.batch_kv import BatchDecoder
-from xvocab.cost import _sync
+from xvocab.cost import median_seconds, random_ids
 
 
 @dataclass(frozen=True)
@@ -60,19 +58,12 @@ class Costs:
 def batch_forward_s(model, *, rows: int, new_tokens: int, context: int = 128, reps: int = 5, seed: int = 0) -> float:
     """Median seconds of one forward of `rows` rows, `new_tokens` each, after `context` cached tokens."""
     gen = torch.Generator().manual_seed(seed)
-    vocab = model.get_input_embeddings().weight.shape[0]
-    prefix = [torch.randint(vocab, (context,), generator=gen).tolist() for _ in range(rows)]
-    extra = torch.randint(vocab, (new_tokens,), generator=gen).tolist()
+    prefix = [random_ids(model, context, gen) for _ in range(rows)]
+    extra = random_ids(model, new_tokens, gen)
     decoder = BatchDecoder(model, rows, context + new_tokens + 1)
     decoder.step({r: (p, []) for r, p in enumerate(prefix)})
-    times = []
-    for _ in range(reps + 1):  # one untimed warm-up call
-        _sync(decoder.device)
-        start = time.perf_counter()
-        decoder.step({r: (p, extra[:-1]) if new_tokens > 1 else (p, []) for r, p in enumerate(prefix)})
-        _sync(decoder.device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times[1:])
+    asks = {r: (p, extra[:-1]) if new_tokens > 1 else (p, []) for r, p in enumerate(prefix)}
+    return median_seconds(lambda: decoder.step(asks), device=decoder.device, reps=reps, warmup=1)
 
 
 def measure_costs(target, draft, *, batch_sizes: list[int], k: int, context: int = 128, reps: int = 5) -> Costs:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from xvocab.drafter.teacher import _left_pad, continue_batch, write_shards
+from xvocab.drafter.teacher import continue_batch, left_pad, write_shards
 from xvocab.roles import prompt_ids
 from xvocab.tokens import codec
 
@@ -41,7 +41,7 @@ def score_batch(target, tokenizer, prompts: list[str], continuations: list[list[
     for start in range(0, len(prompts), rows_per_forward):
         conts = continuations[start:start + rows_per_forward]
         rows = [prompt_ids(tokenizer, p) + c for p, c in zip(prompts[start:start + rows_per_forward], conts)]
-        ids, mask = _left_pad(rows, pad, device)                                       # [b, T]
+        ids, mask = left_pad(rows, pad, device)                                       # [b, T]
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         keep = max(map(len, conts)) + 1      # the columns predicting each continuation token (rows end together)
         logits = target(input_ids=ids, attention_mask=mask, position_ids=positions,

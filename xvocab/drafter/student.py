@@ -390,8 +390,9 @@ def save_student(model, tokenizer, out_dir: str | Path, *, tokenizer_name: str, 
         tokenizer.save_pretrained(str(tmp))
         if shared_embedding is not None:
             from xvocab.zoo import shared_embedding as shared
+            from xvocab.zoo.models import drafter_dir
 
-            shared.strip(tmp, shared_embedding, copy.get_input_embeddings().weight)
+            shared.strip(tmp, shared_embedding, copy.get_input_embeddings().weight, drafter_dir)
         (tmp / "xvocab_training.json").write_text(json.dumps(extra, indent=1, sort_keys=True, default=str))
         for name, path in (files or {}).items():
             shutil.copy(path, tmp / name)

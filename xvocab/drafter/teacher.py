@@ -37,7 +37,7 @@ from xvocab.records import changed_settings, write_atomic
 from xvocab.sampling import SamplingParams, logits_to_probs, sample
 
 
-def _left_pad(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+def left_pad(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     width = max(map(len, rows))
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -61,7 +61,7 @@ def continue_batch(target, tokenizer, prompts: list[str], *, max_new_tokens: int
     device = next(target.parameters()).device
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
-    ids, mask = _left_pad([prompt_ids(tokenizer, p, aligned) for p in prompts], pad, device)  # [B, T]
+    ids, mask = left_pad([prompt_ids(tokenizer, p, aligned) for p in prompts], pad, device)  # [B, T]
     params = SamplingParams(temperature=temperature)
     cache = DynamicCache()
     out = torch.empty((len(prompts), 0), dtype=torch.long, device=device)      # [B, n]

@@ -92,6 +92,11 @@ def drafter_names() -> list[str]:
     return sorted(p.name for p in DRAFTERS_DIR.iterdir() if (p / "config.json").exists())
 
 
+def drafter_dir(name: str) -> Path:
+    """The checkpoint directory of a shipped drafter's name, or `name` itself as a path."""
+    return DRAFTERS_DIR / name if name in drafter_names() else Path(name)
+
+
 def _gguf_path(name: str) -> Path:
     spec = MODELS[name]
     if len(spec.parts) == 1:
@@ -190,7 +195,7 @@ def load_checkpoint(path: str, *, dtype: torch.dtype | str = torch.float32, devi
             net = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
         finally:
             hf_logging.set_verbosity(level)
-        return shared_embedding.fill(net, path).to(device or default_device()).eval()
+        return shared_embedding.fill(net, path, drafter_dir).to(device or default_device()).eval()
     if device_map is not None:
         return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, device_map=device_map).eval()
     return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device or default_device()).eval()

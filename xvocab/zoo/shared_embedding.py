@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -31,13 +32,6 @@ def digest(weight: torch.Tensor) -> str:
                           .numpy().tobytes()).hexdigest()
 
 
-def base_dir(base: str) -> Path:
-    """The checkpoint directory of a zoo drafter name or a path."""
-    from xvocab.zoo.models import DRAFTERS_DIR, drafter_names
-
-    return DRAFTERS_DIR / base if base in drafter_names() else Path(base)
-
-
 def _read_embedding(directory: Path) -> torch.Tensor:
     from safetensors import safe_open
 
@@ -50,9 +44,9 @@ def _read_embedding(directory: Path) -> torch.Tensor:
         return f.get_tensor(EMBED)
 
 
-def strip(directory: Path, base: str, weight: torch.Tensor) -> None:
+def strip(directory: Path, base: str, weight: torch.Tensor, base_dir: Callable[[str], Path]) -> None:
     """Rewrite the checkpoint in `directory` without its token embedding, naming `base` (whose embedding must be
-    `weight`, checked) in its config.json."""
+    `weight`, checked; `base_dir` finds its directory from its name) in its config.json."""
     from safetensors.torch import load_file, save_file
 
     expected = digest(_read_embedding(base_dir(base)))
@@ -75,9 +69,9 @@ def shared_from(directory: str | Path) -> dict | None:
     return json.loads(config.read_text()).get(KEY) if config.exists() else None
 
 
-def fill(model, directory: str | Path):
-    """`model` (loaded from `directory` without its embedding) with the base's embedding, checked; unchanged
-    where the checkpoint holds its own."""
+def fill(model, directory: str | Path, base_dir: Callable[[str], Path]):
+    """`model` (loaded from `directory` without its embedding) with the base's embedding (its directory found by
+    `base_dir` from its name), checked; unchanged where the checkpoint holds its own."""
     entry = shared_from(directory)
     if entry is None:
         return model

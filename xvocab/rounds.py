@@ -1,0 +1,124 @@
+"""What one round of decoding is, below both loops: the checks before it, the sampling its draft proposes with, the
+noise tape, the verification of a proposal, and a decode's output.
+
+What: `validate` and `check_context` refuse bad input before any model runs; `draft_params` and `noise_tape` set up
+a sequence's proposal sampling and coupled noise; `verify_proposal` turns the target's logits over a proposal into
+(accepted count, next id); `Output` is what a decode returns. The commit step that follows a verification is
+xvocab.commit.
+
+Why one module: xvocab.engine (one sequence) and xvocab.batch (many rows) are two drivers of the same round.
+Both call these, so neither imports the other's private names, and the package has no import cycle
+(tests/test_crash_paths.py walks the import graph).
+
+Invariant: every rule here is a function of its arguments alone (randomness only through the generator or
+tape passed in), so the two loops decode a sequence identically.
+"""
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+
+import torch
+
+from xvocab.algorithms import DRAFTERS, Proposal
+from xvocab.alignment.tables import same_vocabulary
+from xvocab.coupling import COUPLINGS, NoiseTape
+from xvocab.errors import ConfigError, VocabularyMismatchError
+from xvocab.kv import context_limit
+from xvocab.pair import output_vocab
+from xvocab.sampling import ProbRows, SamplingParams, logits_to_probs
+from xvocab.stats import Stats
+from xvocab.verify import (coupled_exact_match_verify, exact_match_verify, greedy_verify, rejection_verify,
+                           rejection_verify_rows)
+
+ALGORITHMS = tuple(DRAFTERS)
+
+
+@dataclass(frozen=True)
+class Output:
+    token_ids: list[int]  # generated target-vocabulary ids, prompt excluded
+    text: str
+    stats: Stats
+
+
+def validate(prompt, target_tokenizer, draft, draft_tokenizer, algorithm, k, max_new_tokens):
+    if not isinstance(prompt, str):
+        raise ConfigError(f"the prompt is a {type(prompt).__name__}; pass the text to continue as a str "
+                          f"(token ids: decode them with the target's tokenizer first)")
+    if not prompt:
+        raise ConfigError("the prompt is empty; pass the text to continue")
+    if target_tokenizer is None:
+        raise ConfigError("target_tokenizer is None; pass the target's tokenizer (xvocab.load_pair returns it)")
+    if algorithm not in DRAFTERS:
+        raise ConfigError(f"unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
+    for name, value in (("k", k), ("max_new_tokens", max_new_tokens)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):  # (numpy ints are Integral)
+            raise ConfigError(f"{name}={value!r} is a {type(value).__name__}; it counts tokens: pass an int")
+    if k < 1:
+        raise ConfigError(f"k={k}: the draft length must be at least 1")
+    if max_new_tokens < 1:
+        raise ConfigError(f"max_new_tokens={max_new_tokens}: must be at least 1")
+    for side, tok in (("target", target_tokenizer), ("draft", draft_tokenizer)):
+        if tok is not None and getattr(tok, "is_fast", True) is False:
+            raise ConfigError(f"the {side} tokenizer ({type(tok).__name__}) is a slow (Python) tokenizer; xvocab reads "
+                              f"token offsets only fast ones give: load it with AutoTokenizer.from_pretrained(..., "
+                              f"use_fast=True) or xvocab.zoo.tokenizer")
+    if algorithm == "ar" and (draft is not None or draft_tokenizer is not None):
+        raise ConfigError("algorithm 'ar' decodes with the target alone, but a draft was passed; drop draft= and "
+                          "draft_tokenizer=, or choose an algorithm that drafts (slem, tli, slrs, sd)")
+    if algorithm != "ar" and draft is None:
+        raise ConfigError(f"algorithm {algorithm!r} needs a draft model; pass draft= or use algorithm='ar'")
+    if algorithm != "ar" and draft_tokenizer is None:
+        raise ConfigError("the draft has no tokenizer; pass draft_tokenizer= (its own, even if it equals the target's)")
+    if algorithm == "sd" and not same_vocabulary(target_tokenizer, draft_tokenizer):
+        raise VocabularyMismatchError("algorithm 'sd' needs one shared vocabulary but the tokenizers differ; "
+                                      "use 'slem', 'tli' or 'slrs' for heterogeneous vocabularies")
+
+
+def check_context(target, n_prompt: int, max_new_tokens: int) -> None:
+    limit = context_limit(target)  # from the text config: a multimodal config (Gemma 3's) nests it
+    if limit is not None and n_prompt + max_new_tokens > limit:
+        raise ConfigError(f"the prompt ({n_prompt} target tokens) plus max_new_tokens={max_new_tokens} exceeds the "
+                          f"target's context of {limit}; shorten the prompt or lower max_new_tokens")
+
+
+def noise_tape(coupling: str, algorithm: str, params: SamplingParams, seed: int, target, device) -> NoiseTape | None:
+    """The NoiseTape a sampled run verifies exact matches with under coupling="gumbel" (ar and slem; the
+    rejection-sampling algorithms ignore it), else None."""
+    if coupling not in COUPLINGS:
+        raise ConfigError(f"coupling={coupling!r}; choose one of {', '.join(COUPLINGS)}")
+    if coupling != "none" and algorithm not in ("ar", "slem"):
+        raise ConfigError(f"coupling={coupling!r} couples exact-match verification (ar and slem) to shared noise; "
+                          f"{algorithm} verifies by rejection sampling, which reads no noise tape: drop coupling= for it")
+    if coupling == "none" or params.greedy:
+        return None
+    return NoiseTape(seed, output_vocab(target), device)
+
+
+def draft_params(params: SamplingParams, draft_temperature: float | None) -> SamplingParams:
+    """The sampling the draft proposes with: the target's, or at `draft_temperature` when the target samples."""
+    if draft_temperature is None or params.greedy:
+        return params
+    if draft_temperature < 0:
+        raise ConfigError(f"draft_temperature={draft_temperature} is negative; use 0 (greedy drafting) or more")
+    return SamplingParams(draft_temperature, params.top_k, params.top_p)
+
+
+def verify_proposal(logits: torch.Tensor, proposal: Proposal, params: SamplingParams,
+                    generator: torch.Generator, tape: NoiseTape | None = None, position: int = 0) -> tuple[int, int]:
+    """(accepted count, next id) for `proposal` given the target's logits [n + 1, V] after the sequence and after
+    each proposed id: greedy match, exact match (SLEM and ar: no distribution; with a `tape`, the target's
+    samples are races on its noise at continuation positions `position`, ...) or rejection sampling (sd, tli,
+    slrs)."""
+    device = logits.device
+    if params.greedy:  # the target's choices read once and compared on the host, which knows the proposal
+        return greedy_verify(logits, proposal.ids)
+    proposed = torch.tensor(proposal.ids, dtype=torch.long, device=device)
+    if proposal.probs is None:
+        if tape is not None:
+            return coupled_exact_match_verify(ProbRows(logits, params), proposed, tape, position)
+        return exact_match_verify(ProbRows(logits, params), proposed, generator)  # rows on demand
+    on_cpu = device.type == "cpu"  # rows on demand there; one vectorized pass on accelerators
+    verify = rejection_verify_rows if on_cpu else rejection_verify
+    return verify(ProbRows(logits, params) if on_cpu else logits_to_probs(logits, params),
+                  proposal.probs.to(device), proposed, generator)
