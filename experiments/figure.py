@@ -15,13 +15,26 @@ import os
 from pathlib import Path
 
 
-def _label(row: dict) -> str:
+def short_name(draft) -> str | None:
+    """A draft's name, shortened for a terminal or a figure (the drafters' long suffix)."""
+    return None if draft is None else str(draft).replace("-drafter-deepseek-coder-aligned", "-drafter")
+
+
+def short_cpu(cpu) -> str:
+    """"Intel(R) Xeon(R) Processor [avx2 avx512f ...]" -> "Intel Xeon [avx2 avx512f ...]"."""
+    return " ".join(str(cpu or "machine not recorded").replace("(R)", "").replace("(TM)", "").replace(
+        " Processor", "").split())
+
+
+def _label(row: dict, machine: bool = False) -> str:
+    where = f" on {short_cpu(row.get('cpu'))}" if machine else ""
     if row["algorithm"] == "ar":
-        return "ar"
-    draft = str(row["draft"]).replace("-drafter-deepseek-coder-aligned", " drafter ")
-    options = [f"{k.split('_')[-1]} {row[k]}" for k in ("draft_temperature", "coupling")
-               if row.get(k) not in (None, "none")]
-    return f"{row['algorithm']} / {draft}" + (f" ({', '.join(options)})" if options else "")
+        return "ar" + where
+    draft = short_name(row["draft"])
+    options = ([f"draft T {row['draft_temperature']:g}"] if row.get("draft_temperature") is not None else []) + \
+        (["coupled"] if row.get("coupling") not in (None, "none") else []) + \
+        ([f"k {row['k']}"] if row.get("k") not in (None, 4) else [])
+    return f"{row['algorithm']} / {draft}" + (f" ({', '.join(options)})" if options else "") + where
 
 
 def speedup_figure(rows: list[dict], out_path: Path, title: str) -> Path | None:
@@ -49,7 +62,7 @@ def speedup_figure(rows: list[dict], out_path: Path, title: str) -> Path | None:
             if r.get("bound") is not None:
                 ax.plot([r["bound"]] * 2, [i - 0.3, i + 0.3], color="k", lw=1.2)
         ax.axvline(1.0, color="k", lw=0.6, ls="--")
-        ax.set_yticks(list(y), [_label(r) for r in mine], fontsize=7)
+        ax.set_yticks(list(y), [_label(r, machine=len({x.get("cpu") for x in rows}) > 1) for r in mine], fontsize=7)
         ax.set_xlim(0, max(max(r["speedup"] for r in rows), max((r.get("bound") or 0) for r in rows)) * 1.3)
         ax.set_title(f"T = {t:g}", fontsize=8, loc="left")
         ax.grid(axis="x", alpha=0.3)

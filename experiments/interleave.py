@@ -27,9 +27,9 @@ import torch
 from tqdm import tqdm
 
 import xvocab
-from experiments.datasets import load
 from experiments import variants as specs
 from experiments.bench_out import publish
+from experiments.datasets import load
 from experiments.runner import draft_kwargs, load_pair
 from xvocab import defaults, records
 from xvocab.errors import ConfigError

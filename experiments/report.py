@@ -27,7 +27,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from experiments.figure import speedup_figure, title_of
+from experiments.figure import short_cpu, short_name, speedup_figure, title_of
 from xvocab import records
 from xvocab.cost import speedup_bounds
 
@@ -234,18 +234,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
     records.write_atomic(out / "report.md", to_markdown(rows, columns) + "\n")
     records.write_atomic(out / "report.csv", to_csv(rows, columns + (("bound_paper",) if "bound" in columns else ())))
     records.write_atomic(out / "report.tex", to_latex(rows, columns) + "\n")
-    shown = [c for c in COMPACT if c in columns]
-    print(to_markdown([dict(r, draft=_short(r["draft"])) for r in rows], shown))
+    shown = [c for c in COMPACT if c in columns] + (["cpu"] if len({r["cpu"] for r in rows}) > 1 else [])
+    print(to_markdown([dict(r, draft=short_name(r["draft"]), cpu=short_cpu(r["cpu"])) for r in rows], shown))
     print(f"\n(every column: {out / 'report.md'}; machine, kernels and settings per row there)")
     figure = speedup_figure(rows, out / "speedup.png", title_of(rows))
     if figure is not None:
         print(f"figure: {figure}")
     return rows
 
-
-def _short(draft) -> str | None:
-    """A draft's name, shortened for the terminal (the drafters' long suffix)."""
-    return None if draft is None else str(draft).replace("-drafter-deepseek-coder-aligned", "-drafter")
 
 
 if __name__ == "__main__":

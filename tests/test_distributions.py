@@ -38,7 +38,7 @@ from scipy.stats import chi2, ncx2
 
 import xvocab
 from xvocab import batch as batched
-from xvocab import engine
+from xvocab import engine, rounds
 from xvocab.algorithms.common import Proposal
 from xvocab.sampling import SamplingParams, logits_to_probs
 from xvocab.zoo.tiny import mirror_model
@@ -244,10 +244,10 @@ def _sd_with_unnormalized_residual(target_probs, proposal_probs, proposed, gener
 
 
 CONTROLS = {
-    "slem": ("llama-spm<-mistral-v7", lambda mp: mp.setattr(engine, "exact_match_verify", _slem_accepts_all)),
+    "slem": ("llama-spm<-mistral-v7", lambda mp: mp.setattr(rounds, "exact_match_verify", _slem_accepts_all)),
     "tli": ("control", lambda mp: mp.setitem(engine.DRAFTERS, "tli", _tli_without_renormalization)),
     "slrs": ("psi", lambda mp: mp.setitem(engine.DRAFTERS, "slrs", _slrs_with_q_instead_of_psi)),
-    "sd": ("gpt-2+96/+0", lambda mp: [mp.setattr(engine, name, _sd_with_unnormalized_residual)
+    "sd": ("gpt-2+96/+0", lambda mp: [mp.setattr(rounds, name, _sd_with_unnormalized_residual)
                                        for name in ("rejection_verify", "rejection_verify_rows")]),
 }
 

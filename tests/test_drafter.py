@@ -92,6 +92,27 @@ def test_batched_teacher_greedy_equals_the_targets_own_decoding(tiny_target):
         assert text == generate(prompt, target=target, target_tokenizer=tok, algorithm="ar", max_new_tokens=12).text
 
 
+def test_teacher_stops_on_every_eos_of_the_generation_config(tiny_target):
+    """The teacher ends a row on any id of the model's EOS set (its generation config's too, as Qwen's instruct
+    models have two), as the decoders do. Control: with the tokenizer's EOS alone the row runs past that id."""
+    target, tok = tiny_target
+    prompt = "def add(a, b):\n    return"
+    full = generate(prompt, target=target, target_tokenizer=tok, algorithm="ar", max_new_tokens=12).token_ids
+    stop_id = full[3]
+    kept = full[: full.index(stop_id)]
+    saved = target.generation_config.eos_token_id
+    try:
+        target.generation_config.eos_token_id = [tok.eos_token_id, stop_id]
+        texts, n, _ = continue_batch(target, tok, [prompt], max_new_tokens=12, temperature=0.0,
+                                     generator=torch.Generator().manual_seed(0))
+        assert texts[0] == tok.decode(kept, skip_special_tokens=True) and n == len(kept) + 1
+    finally:
+        target.generation_config.eos_token_id = saved
+    texts, n, _ = continue_batch(target, tok, [prompt], max_new_tokens=12, temperature=0.0,
+                                 generator=torch.Generator().manual_seed(0))
+    assert n == 12 and texts[0] == tok.decode(full, skip_special_tokens=True)  # control
+
+
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_teacher_distributions_are_the_targets_own_at_each_generated_position(tiny_target, temperature):
     """The recorded top-k log-probabilities equal a cache-free forward over prompt + generated ids, the

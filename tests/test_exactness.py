@@ -11,7 +11,7 @@ from _support import chi_square_pvalue, exact_distribution, mirrored_pairs
 from scipy.stats import chisquare
 
 import xvocab
-from xvocab import engine
+from xvocab import rounds
 from xvocab.alignment.intersection import NO_TOKEN
 from xvocab.alignment.tables import pair_tables, same_vocabulary
 from xvocab.engine import generate
@@ -271,7 +271,7 @@ def test_sampled_sequence_test_rejects_a_wrong_verifier(tiny_pairs, monkeypatch)
         return n, int(sample(target_probs[n], generator))
 
     for name in ("rejection_verify", "rejection_verify_rows"):  # the accelerator and the CPU path
-        monkeypatch.setattr(engine, name, accept_everything)
+        monkeypatch.setattr(rounds, name, accept_everything)
     params = SamplingParams(temperature=1.0, top_k=3)
     assert _sequence_pvalue(target, tt, draft, dt, "tli", 500, params) < ALPHA
 

@@ -32,8 +32,8 @@ import torch
 from xvocab import defaults, rounds
 from xvocab.algorithms import DRAFTERS, DraftContext, Proposal
 from xvocab.algorithms.common import Side
-from xvocab.commit import check_stop, commit, stop_rule
 from xvocab.batch_kv import BUCKETS, BatchDecoder, DecoderPool
+from xvocab.commit import check_stop, commit, stop_rule
 from xvocab.errors import ConfigError
 from xvocab.pair import head_device, prepare
 from xvocab.roles import prompt_ids

@@ -61,6 +61,7 @@ def write_atomic(path: str | Path, text: str) -> None:
     with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp", encoding="utf-8",
                                      newline="") as fh:
         fh.write(text)
+    os.chmod(fh.name, 0o644)  # a temporary file is private (0600); the file it replaces was not
     os.replace(fh.name, path)
 
 

@@ -28,8 +28,13 @@ from xvocab.kv import context_limit
 from xvocab.pair import output_vocab
 from xvocab.sampling import ProbRows, SamplingParams, logits_to_probs
 from xvocab.stats import Stats
-from xvocab.verify import (coupled_exact_match_verify, exact_match_verify, greedy_verify, rejection_verify,
-                           rejection_verify_rows)
+from xvocab.verify import (
+    coupled_exact_match_verify,
+    exact_match_verify,
+    greedy_verify,
+    rejection_verify,
+    rejection_verify_rows,
+)
 
 ALGORITHMS = tuple(DRAFTERS)
 

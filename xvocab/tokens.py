@@ -12,7 +12,7 @@ xvocab is measured in bytes, never in token strings:
   and map to `None`.
 
 A token that is not valid UTF-8 on its own (half of a multi-byte character) keeps its
-raw bytes. Invariant (tests/test_tokens.py, every zoo tokenizer): for any text `t`,
+raw bytes. Invariant (tests/test_alignment.py, every zoo tokenizer): for any text `t`,
 `b"".join(token_bytes[i] for i in encode(t)) == prefix + t.encode()`, where `prefix` is
 the tokenizer's dummy prefix (b" " or b"").
 

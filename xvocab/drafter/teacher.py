@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from xvocab.roles import prompt_ids
+from xvocab.roles import eos_ids, prompt_ids
 from xvocab.errors import ConfigError
 from xvocab.records import changed_settings, write_atomic
 from xvocab.sampling import SamplingParams, logits_to_probs, sample
@@ -59,8 +59,11 @@ def continue_batch(target, tokenizer, prompts: list[str], *, max_new_tokens: int
     from transformers import DynamicCache
 
     device = next(target.parameters()).device
-    eos = tokenizer.eos_token_id
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+    # Every id that ends a sequence: the tokenizer's EOS and the generation config's (Qwen's instruct models end on
+    # <|im_end|> or <|endoftext|>), as the decoders stop (xvocab.roles.eos_ids).
+    ends = eos_ids(target, tokenizer) if aligned is None else (tokenizer.eos_token_id,)
+    eos = torch.tensor(ends, device=device)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else ends[0]
     ids, mask = left_pad([prompt_ids(tokenizer, p, aligned) for p in prompts], pad, device)  # [B, T]
     params = SamplingParams(temperature=temperature)
     cache = DynamicCache()
@@ -82,14 +85,15 @@ def continue_batch(target, tokenizer, prompts: list[str], *, max_new_tokens: int
         nxt = torch.where(done, torch.full_like(nxt, pad), nxt)
         n_generated += int((~done).sum())
         out = torch.cat([out, nxt[:, None]], dim=1)
-        done |= nxt == eos
+        ended = torch.isin(nxt, eos)                                              # [B]
+        done |= ended
         if bool(done.all()):
             break
         step_ids = nxt[:, None]
-        mask = torch.cat([mask, (~done | (nxt == eos)).long()[:, None]], dim=1)
+        mask = torch.cat([mask, (~done | ended).long()[:, None]], dim=1)
     texts, dists = [], [] if top_k else None
     for b, row in enumerate(out.tolist()):
-        row = row[:row.index(eos)] if eos in row else row
+        row = row[:next((i for i, x in enumerate(row) if x in ends), len(row))]
         # A drafter's text is the bytes of its ids (a partial UTF-8 character it sampled is dropped).
         texts.append(tokenizer.decode(row, skip_special_tokens=True) if aligned is None
                      else b"".join(aligned.token_bytes[i] or b"" for i in row).decode("utf-8", "ignore"))

@@ -322,9 +322,18 @@ mixed with raw standard-library source
 {extra['seconds'] / 60:.0f} min on {extra['device']}). Held-out teacher text loss: {extra['final_val_loss']}.
 
 Reproduce: `{extra['command']}` (settings in conf/train_drafter.yaml; `xvocab_training.json` has them all).
-Use: `xvocab.load_pair("{extra['target']}", "{name}")`, or `pair=gemma_drafter` in experiments.
+Use: `xvocab.load_pair("{extra['target']}", "{name}")`, or `pair.target={extra['target']} pair.draft={name}` in
+experiments.{_shared_words(extra)}
 Loss curve: `loss.png`; per-step log: `train_log.jsonl`.
 """
+
+
+def _shared_words(extra: dict) -> str:
+    """The model card's sentence on a token embedding kept from the drafter it started from, if it was."""
+    if extra["student_config"].get("train_embedding", True):
+        return ""
+    return (f"\nIts token embedding (and tied head) is `{extra['init_from']}`'s, frozen while training: the checkpoint "
+            f"holds the other weights and loads it from there, checked by sha256 (xvocab.zoo.shared_embedding).")
 
 
 def _prompt_words(teacher_meta: dict) -> str:

@@ -182,11 +182,11 @@ def load_checkpoint(path: str, *, dtype: torch.dtype | str = torch.float32, devi
     """The causal LM of a checkpoint directory or hub id, in eval mode, on `device` or spread by `device_map`."""
     from transformers import AutoModelForCausalLM
 
-    from xvocab.zoo import shared_embedding
+    from xvocab.zoo.shared_embedding import fill, shared_from
 
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype)
-    if shared_embedding.shared_from(path) is not None:  # its token embedding is another drafter's: filled in, checked
+    if shared_from(path) is not None:  # its token embedding is another drafter's: filled in, checked
         from transformers.utils import logging as hf_logging
 
         level = hf_logging.get_verbosity()
@@ -195,7 +195,7 @@ def load_checkpoint(path: str, *, dtype: torch.dtype | str = torch.float32, devi
             net = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
         finally:
             hf_logging.set_verbosity(level)
-        return shared_embedding.fill(net, path, drafter_dir).to(device or default_device()).eval()
+        return fill(net, path, drafter_dir).to(device or default_device()).eval()
     if device_map is not None:
         return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, device_map=device_map).eval()
     return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device or default_device()).eval()
