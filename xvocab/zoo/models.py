@@ -187,6 +187,9 @@ def load_checkpoint(path: str, *, dtype: torch.dtype | str = torch.float32, devi
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype)
     if shared_from(path) is not None:  # its token embedding is another drafter's: filled in, checked
+        if device_map is not None:
+            raise AssetError(f"{path} is a small drafter that shares another's embedding; load it on one device "
+                             f"(device=...) instead of spreading it with device_map={device_map!r}")
         from transformers.utils import logging as hf_logging
 
         level = hf_logging.get_verbosity()
