@@ -227,6 +227,8 @@ def test_aligned_encoding_spells_the_text_in_the_targets_cuts(target, draft):
     a, t_c = aligned_codec(tt, dt), codec(tt)
     t2d = intersection(tt, dt).target_to_draft.tolist()
     assert a.token_bytes == codec(dt).token_bytes  # draft ids: the draft model reads them unchanged
+    marker = tt.convert_tokens_to_ids("\u2581")
+    marker_is_space = isinstance(marker, int) and 0 <= marker < len(t_c.token_bytes) and t_c.token_bytes[marker] == b" "
 
     @SETTINGS
     @given(TEXT)
@@ -235,7 +237,7 @@ def test_aligned_encoding_spells_the_text_in_the_targets_cuts(target, draft):
         # Known limitation (found 2026-12-03, not mended): a SentencePiece-style target (gemma-4) reads a literal
         # U+2581 as its space marker, and the aligned encoding then spells it as a space: the draft sees " " where
         # the text has "▁" (proposals suffer; outputs do not: the target verifies). Excluded until mended.
-        assume("\u2581" not in text or not t_c.token_bytes[tt.convert_tokens_to_ids("\u2581")] == b" ")
+        assume("\u2581" not in text or not marker_is_space)
         ids = a.encode_continuation(text)
         assert a.bytes_of(ids) == text.encode() and max(ids, default=0) < len(dt)
         assert _follows_target_cuts(t_c, t2d, a, text)
