@@ -49,6 +49,7 @@ def speedup_figure(rows: list[dict], out_path: Path, title: str) -> Path | None:
     if not rows:
         return None
     temperatures = sorted({r["temperature"] for r in rows})
+    machine = len({r.get("cpu") for r in rows}) > 1  # rows from several machines: each label names its own
     heights = [sum(r["temperature"] == t for r in rows) for t in temperatures]
     fig, axes = plt.subplots(len(temperatures), 1, figsize=(7.5, 0.9 + 0.38 * sum(heights) + 0.5 * len(heights)),
                              dpi=150, squeeze=False, gridspec_kw={"height_ratios": heights})
@@ -62,7 +63,7 @@ def speedup_figure(rows: list[dict], out_path: Path, title: str) -> Path | None:
             if r.get("bound") is not None:
                 ax.plot([r["bound"]] * 2, [i - 0.3, i + 0.3], color="k", lw=1.2)
         ax.axvline(1.0, color="k", lw=0.6, ls="--")
-        ax.set_yticks(list(y), [_label(r, machine=len({x.get("cpu") for x in rows}) > 1) for r in mine], fontsize=7)
+        ax.set_yticks(list(y), [_label(r, machine) for r in mine], fontsize=7)
         ax.set_xlim(0, max(max(r["speedup"] for r in rows), max((r.get("bound") or 0) for r in rows)) * 1.3)
         ax.set_title(f"T = {t:g}", fontsize=8, loc="left")
         ax.grid(axis="x", alpha=0.3)

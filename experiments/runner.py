@@ -101,7 +101,7 @@ def point(cfg: dict, algorithm: str) -> dict:
             **({"coupling": cfg["coupling"]} if cfg.get("coupling", "none") != "none" and cfg["temperature"] > 0
                and algorithm in ("ar", "slem") else {}),
             **({"cache": cfg["cache"]} if cfg.get("cache", "dynamic") != "dynamic" else {}),
-            **({"stop": stop_strings(cfg)} if stop_strings(cfg) else {}),
+            **({"stop": stops} if (stops := stop_strings(cfg)) else {}),
             **({"batch_size": cfg["batch_size"]} if cfg.get("batch_size", 1) != 1 else {}),
             **({"policy": True} if cfg.get("policy") and not ar else {}),
             # CPU linears prepacked for oneDNN (xvocab.packed_linear); absent: the stock kernels of older records.

@@ -41,6 +41,7 @@ def check_rollback(model) -> None:
                           f"earlier position, so rejected proposals would corrupt it; xvocab decodes attention-only "
                           f"models (every layer full or sliding-window attention). Use another target or draft")
 
+
 def text_config(model):
     """The decoder's own config (a multimodal model's, Gemma 3's, nests it; a text model's is its config), or None."""
     config = getattr(model, "config", None)

@@ -25,10 +25,15 @@ def config_hash(config: dict) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def _beside(path: str | Path) -> Path:
+    """`<stem>.d/` beside a records file: its writers' files and the claims of the jobs sharing it."""
+    path = Path(path)
+    return path.parent / f"{path.stem}.d"
+
+
 def writer_file(path: str | Path, writer: str) -> Path:
     """The file one writer of `path`'s records appends to alone: `<stem>.d/<writer>.jsonl` beside it."""
-    path = Path(path)
-    return path.parent / f"{path.stem}.d" / f"{writer}.jsonl"
+    return _beside(path) / f"{writer}.jsonl"
 
 
 def append(path: str | Path, record: dict, writer: str | None = None) -> None:
@@ -76,7 +81,7 @@ def read(path: str | Path) -> list[dict]:
     skipped); a file kept compressed beside the name (`records.jsonl.gz`, as results/ keeps superseded records)
     is read in its place."""
     path = Path(path)
-    writers = path.parent / f"{path.stem}.d"
+    writers = _beside(path)
     mine = _read_one(path)
     return mine + [r for f in sorted(writers.glob("*.jsonl")) for r in _read_one(f)] if writers.is_dir() else mine
 
@@ -88,7 +93,7 @@ def claim(path: str | Path, key: str, stale_after_s: float = 6 * 3600) -> bool:
     The claim is a file created with O_EXCL (atomic on local filesystems and on NFS v3 or later). A claim whose
     process has died (same host: its pid is gone; another host: older than `stale_after_s`) is taken over,
     so a rerun after a kill is never blocked. Call `release` once the work's record is written (or abandoned)."""
-    target = Path(path).parent / f"{Path(path).stem}.d" / "claims" / _safe(key)
+    target = _beside(path) / "claims" / _safe(key)
     target.parent.mkdir(parents=True, exist_ok=True)
     me = f"{platform.node()} {os.getpid()}"
     for _ in range(2):
@@ -114,7 +119,7 @@ def claim(path: str | Path, key: str, stale_after_s: float = 6 * 3600) -> bool:
 
 def release(path: str | Path, key: str) -> None:
     """Drop this process's claim on `key` (see `claim`)."""
-    (Path(path).parent / f"{Path(path).stem}.d" / "claims" / _safe(key)).unlink(missing_ok=True)
+    (_beside(path) / "claims" / _safe(key)).unlink(missing_ok=True)
 
 
 def _safe(key: str) -> str:
