@@ -33,10 +33,9 @@ from xvocab import defaults, rounds
 from xvocab.algorithms import DRAFTERS, DraftContext, Proposal
 from xvocab.algorithms.common import Side
 from xvocab.batch_kv import BUCKETS, BatchDecoder, DecoderPool
-from xvocab.commit import check_stop, commit, stop_rule
+from xvocab.commit import check_stop, commit
 from xvocab.errors import ConfigError
-from xvocab.pair import head_device, prepare
-from xvocab.roles import prompt_ids
+from xvocab.pair import Pair, head_device, prepare
 from xvocab.sampling import SamplingParams
 from xvocab.seeds import draft_seed
 from xvocab.stats import Stats
@@ -104,7 +103,7 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
         raise ConfigError(f"draft_confidence={draft_confidence} is outside [0, 1]; use 0 to always draft k tokens")
     stop = check_stop(stop)
     for prompt in prompts:
-        rounds.validate(prompt, target_tokenizer, draft, draft_tokenizer, algorithm, k, max_new_tokens)
+        rounds.validate(prompt, draft, draft_tokenizer, algorithm, k, max_new_tokens)
     seeds = [seed + i for i in range(len(prompts))] if isinstance(seed, int) else list(seed)
     if len(seeds) != len(prompts):
         raise ConfigError(f"{len(seeds)} seeds for {len(prompts)} prompts; pass one seed per prompt, or an int")
@@ -114,13 +113,13 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
     params = SamplingParams(temperature, top_k, top_p)
     wall0 = time.perf_counter()
     speculating = algorithm != "ar"
-    pair = prepare(target, target_tokenizer, draft if speculating else None, draft_tokenizer,
-                   draft_encoding=draft_encoding)
+    pair = prepare(target, target_tokenizer, draft if speculating else None, draft_tokenizer, algorithm=algorithm,
+                   draft_encoding=draft_encoding)  # the tokenizers checked; from here on only the pair reads them
     device = head_device(target)
     d_device = head_device(draft) if speculating else device
-    t_prompts = [prompt_ids(target_tokenizer, p) for p in prompts]
+    t_prompts = [pair.target_prompt(p) for p in prompts]
     for ids in t_prompts:
-        rounds.check_context(target, len(ids), max_new_tokens)
+        pair.check_context(len(ids), max_new_tokens)
     decoder = (decoders or DecoderPool()).get  # (a fresh pool: decoders for this call alone)
     t_dec = decoder("target", target, slots, max(map(len, t_prompts)) + max_new_tokens + k + BUCKETS[-1], graphs)
     d_dec = None
@@ -138,7 +137,7 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
     if speculating:
         d_dec = decoder("draft", draft, slots,
                         max(len(r.d_side.prompt) for r in rows) + 2 * (max_new_tokens + k) + BUCKETS[-1], graphs)
-    end_rule = stop_rule(pair.eos, stop, target_tokenizer)
+    end_rule = pair.stop_rule(stop)
     bar = _bar(progress, len(prompts) * max_new_tokens)
     waiting, free = list(rows), list(range(slots))
     while waiting or any(r.slot is not None for r in rows):
@@ -180,7 +179,7 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
             bar.update(len(new))
             if finished:
                 r.wall = time.perf_counter() - r.start
-                output = _finish(r, t_dec, d_dec, target_tokenizer)
+                output = _finish(r, t_dec, d_dec, pair)
                 t_dec.drop(r.slot)
                 if d_dec is not None:
                     d_dec.drop(r.slot)
@@ -203,14 +202,14 @@ def _slot_counts(slot: int, t_dec: BatchDecoder, d_dec: BatchDecoder | None) -> 
                                       if d_dec is not None else (0, 0)))
 
 
-def _finish(r: _Row, t_dec: BatchDecoder, d_dec: BatchDecoder | None, tokenizer) -> rounds.Output:
+def _finish(r: _Row, t_dec: BatchDecoder, d_dec: BatchDecoder | None, pair: Pair) -> rounds.Output:
     """Row r's Output (kept on the row) from what its slot took part in since it took the slot."""
     target_fed, draft_forwards, draft_fed = (now - before for now, before in
                                              zip(_slot_counts(r.slot, t_dec, d_dec), r.fed))
     r.stats.finish(new_tokens=len(r.out), wall_seconds=r.wall, target_forwards=r.forwards,
                    prompt_tokens=len(r.t_side.prompt), target_tokens_fed=target_fed,
                    draft_forwards=draft_forwards, draft_tokens_fed=draft_fed, align_seconds=r.ctx.align_seconds)
-    r.output = rounds.Output(r.out, tokenizer.decode(r.out, skip_special_tokens=True), r.stats)
+    r.output = rounds.Output(r.out, pair.decode(r.out), r.stats)
     return r.output
 
 

@@ -24,7 +24,7 @@ import torch
 
 from xvocab.alignment.translate import common_prefix_length
 from xvocab.host import Upload, device_side
-from xvocab.kv import check_model, checked_sequence, context_limit, grow_layer, text_config
+from xvocab.kv import check_model, checked_sequence, context_limit, grow_cache, text_config
 from xvocab.packed_linear import packed_linears
 
 
@@ -116,10 +116,7 @@ class BatchDecoder:
         self._pool = None                    # the graphs' shared memory pool
 
     def _grow(self, n: int) -> None:
-        capacity = max(n, min(2 * self.capacity, self.limit or 2 * self.capacity))
-        for layer in self.cache.layers:
-            grow_layer(layer, capacity)
-        self.capacity = self.plan["capacity"] = capacity
+        self.capacity = self.plan["capacity"] = grow_cache(self.cache, n, self.capacity, self.limit)
         self._graphs.clear()  # captured over the old buffers: recaptured on next use, in a fresh pool
         self._pool = None
 

@@ -3,8 +3,8 @@
 What: `commit` takes the tokens one round verified (the accepted proposals and the target's own token), keeps
 those up to the sequence's end (an EOS id, a stop string, or the token budget), appends them to the output,
 releases the noise tape up to there, moves the target's stream past them and re-syncs the draft to the new
-text. `Stop` is the end rule: the first token that is an EOS id, or whose prefix's text first contains a
-stop string.
+text. `Stop` is the end rule (a pair gives it: xvocab.pair.Pair.stop_rule): the first token that is an EOS id,
+or whose prefix's text first contains a stop string.
 
 Why here: xvocab.engine (one sequence) and xvocab.batch (many rows) drive the same round; the end rule and
 what follows a commit are written once so that the two loops cannot drift apart.
@@ -52,12 +52,6 @@ class Stop:
                 if any(s in text for s in self.strings):
                     return i + 1
         return None
-
-
-def stop_rule(eos, strings: tuple[str, ...], tokenizer) -> Stop:
-    """The Stop of a pair's EOS set and the caller's stop strings, decoding as the output's text is decoded."""
-    return Stop(frozenset(eos), strings, (lambda ids: tokenizer.decode(ids, skip_special_tokens=True))
-                if strings else None)
 
 
 def commit(out: list[int], new: list[int], *, max_new_tokens: int, stop: Stop, t_side: Side, d_side: Side,

@@ -20,11 +20,10 @@ import torch
 from xvocab import defaults, rounds
 from xvocab.algorithms import DRAFTERS, DraftContext, Proposal
 from xvocab.algorithms.common import Side, run
-from xvocab.commit import check_stop, commit, stop_rule
+from xvocab.commit import check_stop, commit
 from xvocab.errors import ConfigError, ContextFullError
 from xvocab.kv import CACHES, Decoder
 from xvocab.pair import head_device, prepare
-from xvocab.roles import prompt_ids
 from xvocab.rounds import ALGORITHMS, Output
 from xvocab.sampling import SamplingParams
 from xvocab.seeds import draft_seed
@@ -89,12 +88,13 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
         raise ConfigError(f"draft_confidence={draft_confidence} is outside [0, 1]; use 0 to always draft k tokens")
     params = SamplingParams(temperature, top_k, top_p)
     stop = check_stop(stop)
-    rounds.validate(prompt, target_tokenizer, draft, draft_tokenizer, algorithm, k, max_new_tokens)
+    rounds.validate(prompt, draft, draft_tokenizer, algorithm, k, max_new_tokens)
     wall0 = time.perf_counter()
-    t_prompt = prompt_ids(target_tokenizer, prompt)  # encoded once, for the context check and the decode
-    rounds.check_context(target, len(t_prompt), max_new_tokens)
     drafting = algorithm != "ar"
-    pair = prepare(target, target_tokenizer, draft if drafting else None, draft_tokenizer, draft_encoding=draft_encoding)
+    pair = prepare(target, target_tokenizer, draft if drafting else None, draft_tokenizer, algorithm=algorithm,
+                   draft_encoding=draft_encoding)  # the tokenizers checked; from here on only the pair reads them
+    t_prompt = pair.target_prompt(prompt)  # encoded once, for the context check and the decode
+    pair.check_context(len(t_prompt), max_new_tokens)
     device = head_device(target)  # where the target's logits land, and verification runs
     generator = torch.Generator(device=device).manual_seed(seed)
     # The target never holds more than prompt + max_new_tokens - 1 + k + 1 positions; a draft's text can take
@@ -112,7 +112,7 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
     tape = rounds.noise_tape(coupling, algorithm, params, seed, target, device)
     ctx = DraftContext(t_side, d_side, rounds.draft_params(params, draft_temperature), draft_generator, pair.same_vocab,
                        pair.tables, draft_confidence, tape=tape)
-    end_rule = stop_rule(pair.eos, stop, target_tokenizer)
+    end_rule = pair.stop_rule(stop)
     stats = Stats(k=k)
     out: list[int] = []
     while len(out) < max_new_tokens:
@@ -140,4 +140,4 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
                  prompt_tokens=len(t_side.prompt), target_tokens_fed=t_side.decoder.tokens_fed,
                  draft_forwards=draft_decoder.forwards if draft_decoder else 0,
                  draft_tokens_fed=draft_decoder.tokens_fed if draft_decoder else 0, align_seconds=ctx.align_seconds)
-    return Output(out, target_tokenizer.decode(out, skip_special_tokens=True), stats)
+    return Output(out, pair.decode(out), stats)

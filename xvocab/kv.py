@@ -88,15 +88,21 @@ def check_model(model) -> None:
     check_cache_argument(model)
 
 
-def grow_layer(layer, capacity: int) -> None:
-    """Give a static layer's [batch, heads, positions, dim] key and value buffers `capacity` positions, keeping
-    the states they hold (a copy; rare: caches are sized from the prompt and max_new_tokens)."""
-    if layer.is_initialized:
-        for name in ("keys", "values"):
-            old = getattr(layer, name)
-            new = old.new_zeros(old.shape[:2] + (capacity,) + old.shape[3:])
-            new[:, :, : old.shape[2]] = old
-            setattr(layer, name, new)
+def grow_cache(cache, n: int, capacity: int, limit: int | None) -> int:
+    """Give every layer of a static cache room for at least `n` positions (its `capacity` doubled, within the
+    context `limit`), keeping the states it holds; return the new capacity. A copy, rare: caches are sized from
+    the prompt and max_new_tokens. The one growth rule of both decoders (Decoder and batch_kv.BatchDecoder)."""
+    grown = max(n, min(2 * capacity, limit or 2 * capacity))
+    for layer in cache.layers:
+        if layer.is_initialized:  # [batch, heads, positions, dim] key and value buffers
+            for name in ("keys", "values"):
+                old = getattr(layer, name)
+                new = old.new_zeros(old.shape[:2] + (grown,) + old.shape[3:])
+                new[:, :, : old.shape[2]] = old
+                setattr(layer, name, new)
+        if hasattr(layer, "max_cache_len"):  # transformers' StaticLayer sizes its lazy allocation by it
+            layer.max_cache_len = grown
+    return grown
 
 
 def checked_sequence(model, limit: int | None, full_ids, extra) -> list[int]:
@@ -160,14 +166,6 @@ class Decoder:
         config = text_config(self.model)
         return Cache(layers=[StaticLayer(max_cache_len=self.capacity) for _ in range(config.num_hidden_layers)])
 
-    def _grow(self, n: int) -> None:
-        """Make a static cache hold at least n positions, keeping the states it holds."""
-        capacity = max(n, min(2 * self.capacity, self.limit or 2 * self.capacity))  # doubled, within the context
-        for layer in self.cache.layers:
-            grow_layer(layer, capacity)
-            layer.max_cache_len = capacity
-        self.capacity = capacity
-
     @property
     def cached(self) -> int:
         return len(self.ids)
@@ -183,7 +181,7 @@ class Decoder:
         # Keep the states shared with `seq`, but feed at least the rows asked for.
         self.crop(min(common, len(seq) - rows))
         if self.kind == "static" and len(seq) > self.capacity:
-            self._grow(len(seq))
+            self.capacity = grow_cache(self.cache, len(seq), self.capacity, self.limit)
         new = seq[len(self.ids):]
         ids = torch.tensor([new], dtype=torch.long, device=self.device)
         # Only the rows the caller reads get logits: a prompt's prefill would otherwise project every

@@ -1,27 +1,34 @@
-"""A (target, draft) pair prepared once for decoding: everything `engine.generate` needs from the two
-tokenizers and models other than the decode state itself.
+"""A (target, draft) pair prepared once for decoding: the one owner of what both loops need to know of the two
+tokenizers and models, other than the decode state itself.
 
-What: the target's codec and EOS ids; for a draft, whether the two share one vocabulary, the codec the
-draft side encodes text with (`native`, or `aligned` to the target's segmentation), and the per-pair id
-tables the drafters use (TLI's intersection, SLRS's first-token map, the EOS role), on the draft's device.
+What: `prepare` checks the tokenizers (given, fast, one shared vocabulary where the algorithm needs it) and
+works out, once, the target's codec, EOS set and context limit; for a draft, whether the two share one
+vocabulary, the codec the draft side encodes text with (`native`, or `aligned` to the target's
+segmentation), and the per-pair id tables the drafters use (TLI's intersection, SLRS's first-token map, the
+EOS role), on the draft's device. The Pair then encodes both prompts (`target_prompt`, `draft_prompt`),
+checks a request against the context (`check_context`), gives the end rule (`stop_rule`) and decodes the
+output (`decode`): xvocab.engine and xvocab.batch never touch a tokenizer.
 
 Why here: these all follow from the tokenizers, the models' head widths and configs, and the draft
-encoding, and not from the prompt. Built in one place below the engine, the decode loop reads them and
-prepares nothing. The expensive parts (codecs, intersections, tables: seconds for a 262k vocabulary)
-are cached per pair where they are built (xvocab.tokens, xvocab.alignment), so preparing a pair again
-for the next prompt costs microseconds.
+encoding, and not from the prompt. Built in one place below the loops, they read them and prepare nothing.
+The expensive parts (codecs, intersections, tables: seconds for a 262k vocabulary) are cached per pair
+where they are built (xvocab.tokens, xvocab.alignment), so preparing a pair again for the next prompt costs
+microseconds.
 
-Invariant: a prepared pair depends only on (tokenizers, head widths, EOS ids, encoding, devices);
-prompts are encoded through it (`target_prompt`, `draft_prompt`) so both sides start from the special
-prefix their tokenizers add.
+Invariant: a prepared pair depends only on (tokenizers, head widths, EOS ids, context limit, encoding,
+devices); prompts are encoded through it so both sides start from the special prefix their tokenizers add,
+and whether the vocabularies are one is worked out once per call (tests/test_pair.py counts).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from xvocab.alignment.aligned import ENCODINGS, AlignedCodec, draft_codec, model_encoding
 from xvocab.alignment.tables import PairTables, pair_tables, same_vocabulary
-from xvocab.errors import ConfigError
+from xvocab.commit import Stop
+from xvocab.errors import ConfigError, VocabularyMismatchError
+from xvocab.kv import context_limit
 from xvocab.roles import eos_ids, prompt_ids
 from xvocab.tokens import ByteCodec, codec
 
@@ -41,6 +48,7 @@ class Pair:
     target_tokenizer: object
     target_codec: ByteCodec
     eos: frozenset[int]                 # target ids that end the output
+    context: int | None = None          # the target's context limit (from its text config), None if it states none
     draft_tokenizer: object = None      # None: no draft (ar)
     draft_codec: ByteCodec | None = None
     same_vocab: bool = True
@@ -53,23 +61,55 @@ class Pair:
         aligned = self.draft_codec if isinstance(self.draft_codec, AlignedCodec) else None
         return prompt_ids(self.draft_tokenizer, prompt, aligned)
 
+    def check_context(self, n_prompt: int, max_new_tokens: int) -> None:
+        """Refuse a request the target's context cannot hold (before any model runs)."""
+        if self.context is not None and n_prompt + max_new_tokens > self.context:
+            raise ConfigError(f"the prompt ({n_prompt} target tokens) plus max_new_tokens={max_new_tokens} exceeds "
+                              f"the target's context of {self.context}; shorten the prompt or lower max_new_tokens")
 
-def prepare(target, target_tokenizer, draft=None, draft_tokenizer=None, *, draft_encoding: str | None = None) -> Pair:
+    def decode(self, ids: list[int]) -> str:
+        """The text of generated target ids (special tokens dropped), as an Output's text and stop strings read it."""
+        return self.target_tokenizer.decode(ids, skip_special_tokens=True)
+
+    def stop_rule(self, strings: tuple[str, ...]) -> Stop:
+        """Where a sequence ends: the EOS set, or the first prefix whose text contains one of `strings`."""
+        return Stop(self.eos, strings, self.decode if strings else None)
+
+
+def check_tokenizer(side: str, tokenizer) -> None:
+    """Refuse a missing or slow (Python) tokenizer by name: xvocab reads offsets only fast ones give."""
+    if tokenizer is None:
+        raise ConfigError(f"{side}_tokenizer is None; pass the {side}'s tokenizer (xvocab.load_pair returns it)")
+    if getattr(tokenizer, "is_fast", True) is False:
+        raise ConfigError(f"the {side} tokenizer ({type(tokenizer).__name__}) is a slow (Python) tokenizer; xvocab "
+                          f"reads token offsets only fast ones give: load it with AutoTokenizer.from_pretrained(..., "
+                          f"use_fast=True) or xvocab.zoo.tokenizer")
+
+
+def prepare(target, target_tokenizer, draft=None, draft_tokenizer=None, *, algorithm: str | None = None,
+            draft_encoding: str | None = None) -> Pair:
     """The prepared pair (see the module docstring); draft=None prepares the target alone (ar).
 
-    `draft_encoding` None takes what the draft's config says it was trained on, else `native`; one shared
-    vocabulary always encodes natively (the two codecs are then one)."""
+    `algorithm` "sd" requires one shared vocabulary (VocabularyMismatchError otherwise). `draft_encoding` None
+    takes what the draft's config says it was trained on, else `native`; one shared vocabulary always encodes
+    natively (the two codecs are then one)."""
     if draft_encoding not in (None, *ENCODINGS):
         raise ConfigError(f"draft_encoding={draft_encoding!r}; choose one of {', '.join(ENCODINGS)} "
                           f"(or None: the draft's own)")
+    check_tokenizer("target", target_tokenizer)
     eos = eos_ids(target, target_tokenizer)
-    base = dict(target_tokenizer=target_tokenizer, target_codec=codec(target_tokenizer), eos=frozenset(eos))
+    base = dict(target_tokenizer=target_tokenizer, target_codec=codec(target_tokenizer), eos=frozenset(eos),
+                context=context_limit(target))  # from the text config: a multimodal config (Gemma 3's) nests it
     if draft is None:
         return Pair(**base)
-    same = same_vocabulary(target_tokenizer, draft_tokenizer)
+    check_tokenizer("draft", draft_tokenizer)
+    same = same_vocabulary(target_tokenizer, draft_tokenizer)  # the one time per call (module docstring)
+    if algorithm == "sd" and not same:
+        raise VocabularyMismatchError("algorithm 'sd' needs one shared vocabulary but the tokenizers differ; "
+                                      "use 'slem', 'tli' or 'slrs' for heterogeneous vocabularies")
     encoding = "native" if same else draft_encoding or model_encoding(draft)
     tables = pair_tables(target_tokenizer, draft_tokenizer, output_vocab(target), output_vocab(draft),
-                         eos, eos_ids(draft, draft_tokenizer))
+                         eos, eos_ids(draft, draft_tokenizer), same=same)
     return Pair(**base, draft_tokenizer=draft_tokenizer, same_vocab=same,
                 draft_codec=draft_codec(target_tokenizer, draft_tokenizer, encoding),
                 tables=tables.to(head_device(draft)))

@@ -1,9 +1,9 @@
 """What one round of decoding is, below both loops: the checks before it, the sampling its draft proposes with, the
 noise tape, the verification of a proposal, and a decode's output.
 
-What: `validate` and `check_context` refuse bad input before any model runs; `draft_params` and `noise_tape` set up
-a sequence's proposal sampling and coupled noise; `verify_proposal` turns the target's logits over a proposal into
-(accepted count, next id); `Output` is what a decode returns. The commit step that follows a verification is
+What: `validate` refuses a bad request before any model runs (the tokenizers and the context are the pair's to
+check: xvocab.pair); `draft_params` and `noise_tape` set up a sequence's proposal sampling and coupled noise;
+`verify_proposal` turns the target's logits over a proposal into (accepted count, next id); `Output` is what a decode returns. The commit step that follows a verification is
 xvocab.commit.
 
 Why one module: xvocab.engine (one sequence) and xvocab.batch (many rows) are two drivers of the same round.
@@ -21,10 +21,8 @@ from dataclasses import dataclass
 import torch
 
 from xvocab.algorithms import DRAFTERS, Proposal
-from xvocab.alignment.tables import same_vocabulary
 from xvocab.coupling import COUPLINGS, NoiseTape
-from xvocab.errors import ConfigError, VocabularyMismatchError
-from xvocab.kv import context_limit
+from xvocab.errors import ConfigError
 from xvocab.pair import output_vocab
 from xvocab.sampling import ProbRows, SamplingParams, logits_to_probs
 from xvocab.stats import Stats
@@ -46,14 +44,14 @@ class Output:
     stats: Stats
 
 
-def validate(prompt, target_tokenizer, draft, draft_tokenizer, algorithm, k, max_new_tokens):
+def validate(prompt, draft, draft_tokenizer, algorithm, k, max_new_tokens):
+    """Refuse a bad request by name, before any model runs. What the tokenizers must be is xvocab.pair.prepare's
+    to check (it owns them)."""
     if not isinstance(prompt, str):
         raise ConfigError(f"the prompt is a {type(prompt).__name__}; pass the text to continue as a str "
                           f"(token ids: decode them with the target's tokenizer first)")
     if not prompt:
         raise ConfigError("the prompt is empty; pass the text to continue")
-    if target_tokenizer is None:
-        raise ConfigError("target_tokenizer is None; pass the target's tokenizer (xvocab.load_pair returns it)")
     if algorithm not in DRAFTERS:
         raise ConfigError(f"unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
     for name, value in (("k", k), ("max_new_tokens", max_new_tokens)):
@@ -63,11 +61,6 @@ def validate(prompt, target_tokenizer, draft, draft_tokenizer, algorithm, k, max
         raise ConfigError(f"k={k}: the draft length must be at least 1")
     if max_new_tokens < 1:
         raise ConfigError(f"max_new_tokens={max_new_tokens}: must be at least 1")
-    for side, tok in (("target", target_tokenizer), ("draft", draft_tokenizer)):
-        if tok is not None and getattr(tok, "is_fast", True) is False:
-            raise ConfigError(f"the {side} tokenizer ({type(tok).__name__}) is a slow (Python) tokenizer; xvocab reads "
-                              f"token offsets only fast ones give: load it with AutoTokenizer.from_pretrained(..., "
-                              f"use_fast=True) or xvocab.zoo.tokenizer")
     if algorithm == "ar" and (draft is not None or draft_tokenizer is not None):
         raise ConfigError("algorithm 'ar' decodes with the target alone, but a draft was passed; drop draft= and "
                           "draft_tokenizer=, or choose an algorithm that drafts (slem, tli, slrs, sd)")
@@ -75,16 +68,6 @@ def validate(prompt, target_tokenizer, draft, draft_tokenizer, algorithm, k, max
         raise ConfigError(f"algorithm {algorithm!r} needs a draft model; pass draft= or use algorithm='ar'")
     if algorithm != "ar" and draft_tokenizer is None:
         raise ConfigError("the draft has no tokenizer; pass draft_tokenizer= (its own, even if it equals the target's)")
-    if algorithm == "sd" and not same_vocabulary(target_tokenizer, draft_tokenizer):
-        raise VocabularyMismatchError("algorithm 'sd' needs one shared vocabulary but the tokenizers differ; "
-                                      "use 'slem', 'tli' or 'slrs' for heterogeneous vocabularies")
-
-
-def check_context(target, n_prompt: int, max_new_tokens: int) -> None:
-    limit = context_limit(target)  # from the text config: a multimodal config (Gemma 3's) nests it
-    if limit is not None and n_prompt + max_new_tokens > limit:
-        raise ConfigError(f"the prompt ({n_prompt} target tokens) plus max_new_tokens={max_new_tokens} exceeds the "
-                          f"target's context of {limit}; shorten the prompt or lower max_new_tokens")
 
 
 def noise_tape(coupling: str, algorithm: str, params: SamplingParams, seed: int, target, device) -> NoiseTape | None:

@@ -2,29 +2,19 @@
 
 The draft samples x_i ~ q_i for i = 1..k from its own (processed) distribution; the
 target accepts x_i with probability min(1, p_i(x_i) / q_i(x_i)). Requires identical
-vocabularies (the engine checks and raises VocabularyMismatchError otherwise), not equal head
+vocabularies (xvocab.pair.prepare refuses others with VocabularyMismatchError), not equal head
 widths: the draft is restricted to ids both heads have and that spell bytes or end the sequence
 (xvocab.alignment.tables: one rule for every algorithm), and q is written at the target's width.
 Cost: k draft forwards of one token and one target forward of k + 1 positions.
+
+Why it is TLI's code: over one shared vocabulary the intersection of the two vocabularies is every id, and
+its map is the identity (xvocab.alignment.tables.pair_tables builds it so), so TLI's proposal (restrict,
+sample, push at the target's width, verify by rejection) is exactly the standard algorithm's. The algorithm
+keeps its name, its vocabulary check and this file; the drafting is written once, in xvocab.algorithms.tli
+(tests/test_exactness.py checks sd against ar, greedy and sampled).
 """
 from __future__ import annotations
 
-from xvocab.algorithms.common import DraftContext, Proposal
+from xvocab.algorithms.tli import draft
 
-
-def draft(ctx: DraftContext, k: int) -> Proposal:
-    m = ctx.maps.tli  # DraftIds: the identity on the ids both heads have (EOS by role)
-    ids, rows = [], []
-    for _ in range(k):
-        logits = m.restrict((yield from ctx.draft.next_logits()))  # [V_draft], -inf outside the allowed ids
-        x, q = ctx.draw(logits)  # q [V_draft]; None when greedy
-        t = m.to_target_host[x]
-        ids.append(t)
-        if q is not None:
-            rows.append(m.push(q, ctx.maps.target_vocab))  # q at the target's width [V_target]
-        if x in ctx.maps.roles:  # end of sequence: nothing follows it
-            break
-        ctx.draft.rewind(len(ctx.draft.stream.ids), [x])
-        if not ctx.confident(logits, x):
-            break
-    return Proposal.of(ids, rows)
+__all__ = ["draft"]

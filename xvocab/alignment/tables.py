@@ -90,14 +90,16 @@ def same_vocabulary(a, b) -> bool:
 
 @lru_cache(maxsize=8)
 def pair_tables(target_tokenizer, draft_tokenizer, target_vocab: int, draft_vocab: int,
-                target_eos: tuple[int, ...] = (), draft_eos: tuple[int, ...] = ()) -> PairTables:
+                target_eos: tuple[int, ...] = (), draft_eos: tuple[int, ...] = (), *,
+                same: bool | None = None) -> PairTables:
     """The tables for a pair; `*_vocab` are the output-head widths, `*_eos` the ids that end a sequence
-    (the tokenizers' EOS ids are always included)."""
+    (the tokenizers' EOS ids are always included); `same`: whether the two share one vocabulary, if the caller
+    has worked it out (xvocab.pair.prepare), else worked out here."""
     tc, dc = codec(target_tokenizer), codec(draft_tokenizer)
     t_eos = {i for i in (*target_eos, target_tokenizer.eos_token_id) if i is not None and i < target_vocab}
     d_eos = {i for i in (*draft_eos, draft_tokenizer.eos_token_id) if i is not None and i < draft_vocab}
     main_eos = target_tokenizer.eos_token_id if target_tokenizer.eos_token_id in t_eos else min(t_eos, default=None)
-    same = same_vocabulary(target_tokenizer, draft_tokenizer)
+    same = same_vocabulary(target_tokenizer, draft_tokenizer) if same is None else same
     roles = {} if main_eos is None else {d: (d if same and d in t_eos else main_eos) for d in d_eos}
     n_draft = len(dc.token_bytes)
     if same:
