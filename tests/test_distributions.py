@@ -50,16 +50,17 @@ TOKENS = 3
 SETTINGS = {"T1-top_k3": SamplingParams(1.0, top_k=3), "T0.7-top_p0.95": SamplingParams(0.7, top_p=0.95)}
 # (target tokenizer, draft tokenizer, extra target head rows): vocabularies with missing bytes (starcoder,
 # refact), SentencePiece on both sides, byte-level BPE and SentencePiece mixed both ways, a head wider than
-# its tokenizer. Drafts are mirrors of the target (acceptance 0.1-0.6 here: both paths of every verifier run).
+# its tokenizer; Qwen2.5's byte-level BPE (the real target's, tests/test_zoo_qwen.py) drafted over DeepSeek-Coder's
+# (the drafter made for it). Drafts are mirrors of the target (acceptance 0.1-0.6 here: both paths of every verifier run).
 CROSS_PAIRS = [("starcoder", "refact", 0), ("llama-spm", "mistral-v7", 0), ("tekken-240911", "mistral-v7", 0),
-               ("llama-spm", "gpt-2", 64)]
+               ("llama-spm", "gpt-2", 64), ("qwen2", "deepseek-coder", 0)]
 # sd: one tokenizer, heads of different widths (draft extra rows, target extra rows).
 SD_CASES = [("gpt-2", 0, 0), ("gpt-2", 96, 0), ("starcoder", 0, 64), ("mistral-v1", 32, 16)]
 CONTROL_PAIR = ("llama-spm", "mistral-v7")
 # The default slice (slrs by default: test_slrs_is_exact_where_psi_sums_several_draft_tokens, a real pair steered
 # so that psi differs from q).
 DEFAULT = {("slem", "starcoder<-refact", "T1-top_k3"), ("tli", "llama-spm<-gpt-2", "T0.7-top_p0.95"),
-           ("sd", "gpt-2+96/+0", "T1-top_k3")}
+           ("sd", "gpt-2+96/+0", "T1-top_k3"), ("tli", "qwen2<-deepseek-coder", "T1-top_k3")}
 
 
 def _leaky(draft, seed=7, noise=0.3):

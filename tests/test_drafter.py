@@ -55,6 +55,7 @@ def test_pypi_prompts_are_humaneval_style_pinned_and_disjoint_from_the_standard_
         code_prompts(seed=0, exclude_names=names, max_chars=1200, source="github")
 
 
+@pytest.mark.slow
 def test_the_larger_pypi_source_is_pinned_humaneval_style_and_disjoint_from_the_other_two():
     """pypi-more: each package feeds one source only, so the three sources' prompts never overlap (a held-out
     standard-library document cannot come back through another source); its prompts are HumanEval-shaped."""
@@ -333,6 +334,20 @@ def test_train_drafter_command_end_to_end_on_a_tiny_target(tmp_path):
     draft, tok = zoo.model(str(out), device="cpu")
     assert draft.config.vocab_size == len(tok) and draft.config.xvocab_tokenizer == "deepseek-coder"
     assert draft.config.xvocab_draft_encoding == "aligned"  # the engine drafts the way the student learned
+
+
+@pytest.mark.slow
+def test_train_drafter_command_distills_on_policy_and_second_source_text(tmp_path):
+    """The later stages through the Hydra entry (five processes: slow): on-policy data from the drafter just made,
+    teacher text from the second prompt source, logit-level distillation from both into a deepened student, and
+    distillation from text recorded without distributions refused with the fix."""
+    import subprocess
+    import sys
+
+    root, out, args = _train_drafter_command(tmp_path)
+    cmd = [sys.executable, *args]
+    proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
     # Logit-level distillation from the recorded distributions, continuing the drafter just made.
     out2 = tmp_path / "distilled"
     distill = [a.replace(f"out_dir={out}", f"out_dir={out2}").replace("name=tiny-drafter", "name=tiny-distilled")

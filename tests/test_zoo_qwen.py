@@ -64,18 +64,32 @@ def test_both_eos_end_a_sequence_and_same_family_greedy_is_known_good():
                                               308, 621]
 
 
-def test_greedy_on_the_real_target_is_known_good_and_equals_ar_with_same_and_cross_family_drafts():
-    """The one default test that loads the 1.5B: its greedy continuation as recorded, and `sd` with its 0.5B
-    sibling, `slem` with SmolLM2 (another family) and slem / tli with the drafter made for it emit exactly that,
-    having accepted drafts."""
+_RECORDED = [262, 421, 308, 2651, 220, 16, 510, 286, 470, 308, 198, 262, 770, 510, 286, 470]
+# The 1.5B's greedy continuation of PROMPT, recorded once (float32, CPU, transformers 5.24):
+# "    if n <= 1:\n        return n\n    else:\n        return"
+DRAFTER = "qwen2.5-coder-1.5b-drafter-deepseek-coder-aligned-v1"  # shipped; its embedding is v5's (shared)
+
+
+def _equals_ar_with(drafts):
     model, tok = xvocab.zoo.model("qwen2.5-coder-1.5b", device="cpu")
     ref = xvocab.generate(PROMPT, target=model, target_tokenizer=tok, algorithm="ar", max_new_tokens=16).token_ids
-    # Recorded once (float32, CPU, transformers 5.24): "    if n <= 1:\n        return n\n    else:\n        return"
-    assert ref == [262, 421, 308, 2651, 220, 16, 510, 286, 470, 308, 198, 262, 770, 510, 286, 470]
-    drafter = "qwen2.5-coder-1.5b-drafter-deepseek-coder-aligned-v1"  # shipped; its embedding is v5's (shared)
-    for alg, draft_name in (("sd", "qwen2.5-coder-0.5b"), ("slem", "smollm2-135m"), ("slem", drafter), ("tli", drafter)):
+    assert ref == _RECORDED
+    for alg, draft_name in drafts:
         draft, dt = xvocab.zoo.model(draft_name, device="cpu")
         out = xvocab.generate(PROMPT, target=model, target_tokenizer=tok, draft=draft, draft_tokenizer=dt,
                               algorithm=alg, k=4, max_new_tokens=16)
         assert out.token_ids == ref, alg
         assert out.stats.target_forwards < 16, alg  # drafts were accepted: the comparison covered proposals
+
+
+def test_greedy_on_the_real_target_is_known_good_and_equals_ar_with_same_and_cross_family_drafts():
+    """The one default test that loads the 1.5B: its greedy continuation as recorded, and `sd` with its 0.5B
+    sibling and `slem` with the drafter made for it (DeepSeek-Coder's vocabulary: another family) emit exactly
+    that, having accepted drafts."""
+    _equals_ar_with([("sd", "qwen2.5-coder-0.5b"), ("slem", DRAFTER)])
+
+
+@pytest.mark.slow
+def test_greedy_on_the_real_target_equals_ar_with_off_the_shelf_and_tli_drafts():
+    """The same with SmolLM2 (an off-the-shelf draft of another family) and TLI over the drafter."""
+    _equals_ar_with([("slem", "smollm2-135m"), ("tli", DRAFTER)])
