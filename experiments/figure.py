@@ -65,7 +65,8 @@ def speedup_figure(rows: list[dict], out_path: Path, title: str) -> Path | None:
         ax.axvline(1.0, color="k", lw=0.6, ls="--")
         ax.set_yticks(list(y), [_label(r, machine) for r in mine], fontsize=7)
         ax.set_xlim(0, max(max(r["speedup"] for r in rows), max((r.get("bound") or 0) for r in rows)) * 1.3)
-        ax.set_title(f"T = {t:g}", fontsize=8, loc="left")
+        counts = sorted({r["prompts"] for r in mine})  # a panel's rows may cover fewer prompts than another's
+        ax.set_title(f"T = {t:g} ({'/'.join(map(str, counts))} prompts)", fontsize=8, loc="left")
         ax.grid(axis="x", alpha=0.3)
     axes[-1, 0].set_xlabel("speedup over ar (tokens/s ratio); black tick: the bound tau / (k c + v)", fontsize=8)
     fig.suptitle(title, fontsize=8)
@@ -79,11 +80,14 @@ def speedup_figure(rows: list[dict], out_path: Path, title: str) -> Path | None:
 
 
 def title_of(rows: list[dict]) -> str:
-    """"<target>, <dataset> (<prompts> prompts, <max_new_tokens> tokens); <cpu>"."""
+    """"<target>, <dataset> (<prompts> prompts, <max_new_tokens> tokens); <cpu>" (the prompt count only where every
+    row has the same: each panel names its own)."""
     r = rows[0]
     cpus = sorted({str(x.get("cpu") or "machine not recorded") for x in rows})
-    return (f"{r['target']}, {r['dataset']} ({r['prompts']} prompts, up to {r['max_new_tokens']} new tokens, k = {max(x['k'] for x in rows)}); "
-            f"{'; '.join(cpus)}")
+    counts = {x["prompts"] for x in rows}
+    prompts = f"{r['prompts']} prompts, " if len(counts) == 1 else ""
+    return (f"{r['target']}, {r['dataset']} ({prompts}up to {r['max_new_tokens']} new tokens, "
+            f"k = {max(x['k'] for x in rows)}); {'; '.join(cpus)}")
 
 
 def main(argv=None) -> Path | None:
