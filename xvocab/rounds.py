@@ -3,8 +3,8 @@ noise tape, the verification of a proposal, and a decode's output.
 
 What: `validate` refuses a bad request before any model runs (the tokenizers and the context are the pair's to
 check: xvocab.pair); `draft_params` and `noise_tape` set up a sequence's proposal sampling and coupled noise;
-`verify_proposal` turns the target's logits over a proposal into (accepted count, next id); `Output` is what a decode returns. The commit step that follows a verification is
-xvocab.commit.
+`verify_proposal` turns the target's logits over a proposal into (accepted count, next id); `Output` is what a
+decode returns. The commit step that follows a verification is xvocab.commit.
 
 Why one module: xvocab.engine (one sequence) and xvocab.batch (many rows) are two drivers of the same round.
 Both call these, so neither imports the other's private names, and the package has no import cycle
