@@ -243,6 +243,5 @@ def main(argv: list[str] | None = None) -> list[dict]:
     return rows
 
 
-
 if __name__ == "__main__":
     main()

@@ -51,7 +51,8 @@ SETTINGS = {"T1-top_k3": SamplingParams(1.0, top_k=3), "T0.7-top_p0.95": Samplin
 # (target tokenizer, draft tokenizer, extra target head rows): vocabularies with missing bytes (starcoder,
 # refact), SentencePiece on both sides, byte-level BPE and SentencePiece mixed both ways, a head wider than
 # its tokenizer; Qwen2.5's byte-level BPE (the real target's, tests/test_zoo_qwen.py) drafted over DeepSeek-Coder's
-# (the drafter made for it). Drafts are mirrors of the target (acceptance 0.1-0.6 here: both paths of every verifier run).
+# (the drafter made for it). Drafts are mirrors of the target (acceptance 0.1-0.6 here: both paths of every
+# verifier run).
 CROSS_PAIRS = [("starcoder", "refact", 0), ("llama-spm", "mistral-v7", 0), ("tekken-240911", "mistral-v7", 0),
                ("llama-spm", "gpt-2", 64), ("qwen2", "deepseek-coder", 0)]
 # sd: one tokenizer, heads of different widths (draft extra rows, target extra rows).

@@ -4,7 +4,7 @@ decoders grow a static cache by one rule."""
 from __future__ import annotations
 
 import pytest
-from _support import mirrored_pairs
+from _support import drafting, mirrored_pairs
 
 import xvocab
 from xvocab import batch, engine, pair
@@ -40,14 +40,12 @@ def _through_the_pair(monkeypatch, tt, dt):
 def test_the_loops_read_the_tokenizers_only_through_the_pair(monkeypatch, cross, algorithm):
     target, tt, draft, dt = cross
     kw = dict(target=target, algorithm=algorithm, max_new_tokens=12, stop=["\n\n"])
-    if algorithm != "ar":
-        kw |= dict(draft=draft)
-    ref = xvocab.generate(PROMPT, target_tokenizer=tt, **kw, **({"draft_tokenizer": dt} if algorithm != "ar" else {}))
+    ref = xvocab.generate(PROMPT, target_tokenizer=tt, **kw, **drafting(algorithm, draft, dt))
     _through_the_pair(monkeypatch, tt, dt)
-    poisoned = dict(target_tokenizer=Poison(), **({"draft_tokenizer": Poison()} if algorithm != "ar" else {}))
-    assert xvocab.generate(PROMPT, **kw, **poisoned).token_ids == ref.token_ids
-    assert xvocab.generate(PROMPT, **kw, **poisoned).text == ref.text
-    assert [o.token_ids for o in xvocab.generate_batch([PROMPT, PROMPT[:9]], **kw, **poisoned)][0] == ref.token_ids
+    poisoned = dict(target_tokenizer=Poison(), **drafting(algorithm, draft, Poison()))
+    out = xvocab.generate(PROMPT, **kw, **poisoned)
+    assert out.token_ids == ref.token_ids and out.text == ref.text
+    assert xvocab.generate_batch([PROMPT, PROMPT[:9]], **kw, **poisoned)[0].token_ids == ref.token_ids
 
 
 def test_the_poison_fails_where_a_tokenizer_is_read():

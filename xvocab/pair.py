@@ -52,7 +52,7 @@ class Pair:
     draft_tokenizer: object = None      # None: no draft (ar)
     draft_codec: ByteCodec | None = None
     same_vocab: bool = True
-    tables: PairTables | None = None    # on the draft's device; None for ar only (one shared vocabulary too)
+    tables: PairTables | None = None    # on the draft's device; None for ar only (built for one vocabulary too)
 
     def target_prompt(self, prompt: str) -> list[int]:
         return prompt_ids(self.target_tokenizer, prompt)
