@@ -105,8 +105,53 @@ class ByteCodec:
         return tok
 
     def encode_continuation(self, text: str) -> list[int]:
-        """Ids whose bytes are exactly `text.encode()`: no dummy prefix, specials as plain text."""
-        return self._raw.encode(text, add_special_tokens=False).ids
+        """Ids whose bytes are exactly `text.encode()`: no dummy prefix, specials as plain text.
+
+        The tokenizer's own ids where they spell the text (nearly always); otherwise `_respell`.
+        Only a vocabulary without some byte token may still miss bytes (`encode_exact` reports it)."""
+        ids = self._raw.encode(text, add_special_tokens=False).ids
+        return ids if self.bytes_of(ids) == text.encode() else self._respell(text)
+
+    def _respell(self, text: str) -> list[int]:
+        """Ids spelling `text` where the tokenizer's own encoding does not: each character the tokenizer
+        misspells even alone becomes its UTF-8 byte tokens, and the runs between them keep the tokenizer's ids.
+
+        Why: a SentencePiece normalizer turns spaces into its marker U+2581, so a *literal* U+2581 comes back
+        as a space (Llama 2, Mistral, Gemma, Phi-3 do this; no other character of the zoo's tokenizers does,
+        tests/test_alignment.py). Byte fallback still spells it: "a\u2581b" -> [a, <0xE2>, <0x96>, <0x81>, b].
+        Such a character is a hard boundary, as a pre-tokenizer split is, so the encoding of text that follows
+        a token boundary is still the tail of the whole text's encoding (what `sync`'s window relies on).
+        A run misspelt only in context (a normalizer merging characters) is spelled a character at a time.
+        Verification stays lossless whatever the spelling; only the bytes must be right."""
+        ids: list[int] = []
+        start = 0  # text[start:k] is the run not yet encoded
+        for k, ch in enumerate(text):
+            if self._misspelt(ch):
+                ids += self._encode_run(text[start:k]) + self._spell(ch)
+                start = k + 1
+        return ids + self._encode_run(text[start:])
+
+    def _encode_run(self, run: str) -> list[int]:
+        fresh = self._raw.encode(run, add_special_tokens=False).ids if run else []
+        return fresh if self.bytes_of(fresh) == run.encode() else [i for ch in run for i in self._spell(ch)]
+
+    def _misspelt(self, ch: str) -> bool:
+        cache = self._misspelt_chars
+        if ch not in cache:
+            cache[ch] = self.bytes_of(self._raw.encode(ch, add_special_tokens=False).ids) != ch.encode()
+        return cache[ch]
+
+    @cached_property
+    def _misspelt_chars(self) -> dict[str, bool]:
+        return {}
+
+    def _spell(self, ch: str) -> list[int]:
+        """One character: its own ids if they spell it, else its byte tokens, else (no byte token) its own
+        ids, which `encode_exact` then reports."""
+        own = self._raw.encode(ch, add_special_tokens=False).ids
+        if self.bytes_of(own) == ch.encode() or not all(b in self._byte_ids for b in ch.encode()):
+            return own
+        return [self._byte_ids[b] for b in ch.encode()]
 
     @cached_property
     def _byte_ids(self) -> dict[int, int]:
