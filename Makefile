@@ -16,10 +16,11 @@ demo: setup
 	$(PY) -m experiments.run +experiment=main
 	$(PY) -m experiments.report runs/main --reference results/main
 
-# Every asset first (in CI a missing one fails here), then the default suite (slow tests: -m slow).
+# Every asset first (in CI a missing one fails here), then the default suite (slow tests: -m slow) on two workers
+# (pytest-xdist; tests/conftest.py splits the cores between them, the Qwen module keeps to one worker).
 test: setup
 	$(PY) -m xvocab.zoo fetch
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadgroup
 
 # What a GPU session carries (experiments/gpu_carry.py, run by experiments/gpu_session.sh there): transformers 5.24
 # and huggingface-hub wheels for the GPU machine's Python 3.12, and the converted tokenizers its tests and benchmark

@@ -16,4 +16,6 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def _threads():
-    torch.set_num_threads(min(2, os.cpu_count() or 1))
+    # The cores are shared among pytest-xdist's workers (`-n N`), so N workers never oversubscribe them.
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1) // workers))

@@ -13,6 +13,9 @@ import xvocab
 from xvocab.alignment.tables import same_vocabulary
 from xvocab.roles import eos_ids, prompt_ids
 
+# Under pytest-xdist (`make test` runs two workers) this module stays on one worker, so the 1.5B and the 0.5B are
+# never in memory twice.
+pytestmark = pytest.mark.xdist_group("qwen")
 QWEN = ["qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"]
 PROMPT = 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'
 CODE = [PROMPT, "import numpy as np\nx = np.arange(10) ** 2\n", "    for i in range(len(xs) - 1):\n\t\tpass\r\n",
