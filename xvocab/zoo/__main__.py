@@ -14,6 +14,8 @@ from multiprocessing import get_context
 from xvocab import zoo
 from xvocab.zoo.assets import CODE_PACKAGES, unpacked
 from xvocab.zoo.cache import fetch
+from xvocab.zoo.models import MODELS
+from xvocab.zoo.names import timed_model
 from xvocab.zoo.tokenizers import TOKENIZERS, source_file, timed_load
 
 
@@ -21,7 +23,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m xvocab.zoo", description=__doc__)
     parser.add_argument("command", choices=["list", "fetch"], nargs="?", default="list")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
-                        help="tokenizer conversions run in parallel (default: one per core)")
+                        help="tokenizer conversions run in parallel (default: one per core; models: two at most)")
     args = parser.parse_args(argv)
     if args.command == "list":
         print("tokenizers:", ", ".join(zoo.tokenizer_names()))
@@ -43,11 +45,14 @@ def main(argv: list[str] | None = None) -> None:
         for name, n_ids, seconds in pool.map(timed_load, names):
             print(f"tokenizer {name:<14} {n_ids:>7} ids  {seconds:5.1f} s", flush=True)
     print(f"tokenizers: {len(names)} ready in {time.perf_counter() - start:.0f} s ({args.jobs} workers)", flush=True)
-    for name in zoo.model_names():
-        start = time.perf_counter()
-        net, _ = zoo.model(name, device="cpu")
-        n_params = sum(p.numel() for p in net.parameters())
-        print(f"model     {name:<14} {n_params / 1e6:7.1f} M params  {time.perf_counter() - start:5.1f} s", flush=True)
+    # De-quantizing a model is one core's work (transformers' GGUF reader), so the models too are built two at a
+    # time at most, largest first: the 1.5B's peak (9 GB) beside the 0.5B's leaves room in 24 GB.
+    models = sorted(zoo.model_names(), key=lambda n: -(MODELS[n].size or 0))
+    start = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=max(1, min(args.jobs, 2, len(models))), mp_context=get_context("spawn")) as pool:
+        for name, n_params, seconds in pool.map(timed_model, models):
+            print(f"model     {name:<18} {n_params / 1e6:7.1f} M params  {seconds:5.1f} s", flush=True)
+    print(f"models: {len(models)} ready in {time.perf_counter() - start:.0f} s", flush=True)
     for name in zoo.drafter_names():  # committed in the repository; loading checks they are whole
         net, tok = zoo.model(name, device="cpu")
         n_params = sum(p.numel() for p in net.parameters())

@@ -144,8 +144,12 @@ def checkpoint_dir(name: str) -> Path:
         # config and refuses to save: rebuild it plainly from a config without that entry.
         config_dict = loaded.config.to_dict()
         config_dict.pop("quantization_config", None)
-        plain = type(loaded)(type(loaded.config).from_dict(config_dict))
-        plain.load_state_dict(loaded.state_dict(), strict=True)
+        # Built on the meta device and given the loaded tensors themselves (assign): no random init of weights
+        # about to be replaced (28 s and 5 GB for the 1.5B), the same saved tensors.
+        with torch.device("meta"):
+            plain = type(loaded)(type(loaded.config).from_dict(config_dict))
+        plain.load_state_dict(loaded.state_dict(), strict=True, assign=True)
+        plain.tie_weights()
         plain.save_pretrained(str(tmp), safe_serialization=True)
         for f in tok_dir.iterdir():
             shutil.copy(f, tmp / f.name)

@@ -9,6 +9,7 @@ A checkpoint directory (a drafter trained here, or any local one) whose config.j
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import torch
@@ -59,3 +60,11 @@ def model(name: str, *, dtype: torch.dtype | str = torch.float32, device: str | 
         net = models.load_checkpoint(path, dtype=dtype, device=device, device_map=device_map)
         return models.with_roles(name, net, tok), tok
     return models.load_checkpoint(path, dtype=dtype, device=device, device_map=device_map), tok
+
+
+def timed_model(name: str) -> tuple[str, int, float]:
+    """(name, parameters, seconds) of building (the first time) and loading zoo model `name` on the CPU; a
+    module-level function so that `python -m xvocab.zoo fetch` can run it in worker processes."""
+    start = time.perf_counter()
+    net, _ = model(name, device="cpu")
+    return name, sum(p.numel() for p in net.parameters()), time.perf_counter() - start
