@@ -46,7 +46,8 @@ def main(argv: list[str] | None = None) -> None:
             print(f"tokenizer {name:<14} {n_ids:>7} ids  {seconds:5.1f} s", flush=True)
     print(f"tokenizers: {len(names)} ready in {time.perf_counter() - start:.0f} s ({args.jobs} workers)", flush=True)
     # De-quantizing a model is one core's work (transformers' GGUF reader), so the models too are built two at a
-    # time at most, largest first: the 1.5B's peak (9 GB) beside the 0.5B's leaves room in 24 GB.
+    # time at most, largest first: the 1.5B's peak (9 GB) beside the 0.5B's leaves room in 24 GB. Each worker
+    # downloads its own model's wheels (cache.fetch writes through a temporary directory and an atomic rename).
     models = sorted(zoo.model_names(), key=lambda n: -(MODELS[n].size or 0))
     start = time.perf_counter()
     with ProcessPoolExecutor(max_workers=max(1, min(args.jobs, 2, len(models))), mp_context=get_context("spawn")) as pool:
