@@ -13,6 +13,7 @@ Hugging Face checkpoint at `out_dir`, with its training log and loss curve besid
     python -m experiments.train_drafter stage=onpolicy onpolicy.drafter=gemma-3-270m-drafter-deepseek-coder-aligned
     python -m experiments.train_drafter stage=teacher teacher.prompts=pypi teacher.dir=runs/drafter/gemma-3-270m/teacher_pypi
     python -m experiments.train_drafter stage=student student.extra_teacher=[runs/drafter/gemma-3-270m/teacher_pypi]
+    python -m experiments.train_drafter stage=archive target=qwen2.5-coder-1.5b   # teacher text -> data/teacher/, to commit
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ from xvocab.zoo.assets import CODE_PACKAGES, CODE_SOURCES
 from xvocab.errors import ConfigError
 
 CONF = str(Path(__file__).resolve().parent.parent / "conf")
-STAGES = ("teacher", "onpolicy", "student", "all")  # all: teacher then student
+STAGES = ("teacher", "onpolicy", "student", "all", "archive")  # all: teacher then student; archive: the text kept
 
 
 def stage_prompts(cfg: DictConfig, n_prompts: int) -> list[dict]:
@@ -114,6 +115,11 @@ def main(cfg: DictConfig) -> None:
     print(OmegaConf.to_yaml(cfg, resolve=True))
     if cfg.stage in ("teacher", "all"):
         teacher_stage(cfg, device)
+    if cfg.stage == "archive":
+        from xvocab.drafter.teacher import archive_teacher_text
+
+        n = archive_teacher_text(cfg.teacher.dir, cfg.teacher.archive_dir)
+        print(f"{n} new shards archived in {cfg.teacher.archive_dir} (commit them: runs/ does not outlive its machine)")
     if cfg.stage == "onpolicy":
         print(f"on-policy data at {onpolicy_stage(cfg, device)}")
     if cfg.stage in ("student", "all"):

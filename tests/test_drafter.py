@@ -213,6 +213,36 @@ def test_teacher_shards_resume_and_refuse_other_settings(tiny_target, tmp_path):
         generate_teacher_text(target, tok, prompts, tmp_path, **(kw | {"max_new_tokens": 5}))
 
 
+def test_archived_teacher_text_reads_as_the_source_and_only_whole_new_shards_are_added(tiny_target, tmp_path):
+    import gzip
+
+    from xvocab.drafter.teacher import archive_teacher_text
+
+    target, tok = tiny_target
+    prompts = [{"id": str(i), "prompt": f"def f{i}(x):\n    return"} for i in range(5)]
+    kw = dict(batch_size=2, max_new_tokens=4, sample_fraction=0.5, temperature=1.0, seed=1, meta={"t": "tiny"},
+              top_k=3)
+    src, dst = tmp_path / "teacher", tmp_path / "archive"
+    generate_teacher_text(target, tok, prompts[:4], src, **kw)
+    assert archive_teacher_text(src, dst) == 2
+    assert read_teacher_text(dst) == read_teacher_text(src) and len(read_teacher_text(dst)) == 4
+    for i in range(2):
+        assert gzip.decompress((dst / f"shard-{i:05d}.jsonl.gz").read_bytes()) == \
+            (src / f"shard-{i:05d}.jsonl").read_bytes()
+    assert json.loads((dst / "meta.json").read_text())["top_k"] == 0  # a student reads it as text only
+    with pytest.raises(ConfigError, match="no distributions"):
+        read_teacher_text(dst, distributions=True)
+    assert not list(dst.glob(".*tmp"))
+    generate_teacher_text(target, tok, prompts, src, **kw)  # one shard more
+    before = (dst / "shard-00000.jsonl.gz").read_bytes()
+    assert archive_teacher_text(src, dst) == 1 and (dst / "shard-00000.jsonl.gz").read_bytes() == before
+    assert [r["id"] for r in read_teacher_text(dst)] == [str(i) for i in range(5)]
+    assert len(read_teacher_text(dst, max_shards=2)) == 4
+    (src / "meta.json").write_text(json.dumps({**json.loads((src / "meta.json").read_text()), "seed": 9}))
+    with pytest.raises(ConfigError, match="other settings"):
+        archive_teacher_text(src, dst)
+
+
 def test_held_out_documents_never_include_one_trained_on_with_less_teacher_text():
     """Training further on more teacher text (student.init_from, larger teacher.n_prompts) must not validate on
     documents the starting checkpoint was trained on: a row trained on among fewer rows is never held out later."""

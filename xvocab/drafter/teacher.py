@@ -23,6 +23,7 @@ The distribution file is written before its text shard, so a text shard's presen
 """
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import time
@@ -183,12 +184,12 @@ def read_teacher_text(out_dir: str | Path, max_shards: int | None = None, distri
     With `distributions`, each row also carries its `dist` ({ids, top_ids, top_logp}, module docstring);
     teacher text recorded without them is refused with the fix."""
     rows = []
-    for path in sorted(Path(out_dir).glob("shard-*.jsonl")):
-        if max_shards is not None and int(path.stem.split("-")[1]) >= max_shards:
+    for path in _shard_paths(out_dir):
+        if max_shards is not None and _shard_index(path) >= max_shards:
             continue
-        shard = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+        shard = read_teacher_text_shard(path)
         if distributions:
-            dist_path = path.with_name(path.stem + ".dist.pt")
+            dist_path = path.with_name(f"shard-{_shard_index(path):05d}.dist.pt")
             if not dist_path.exists():
                 raise ConfigError(f"{path} has no distributions beside it ({dist_path.name}): the teacher text was "
                                   f"recorded without teacher.top_k; record it again with teacher.top_k > 0 in "
@@ -197,3 +198,61 @@ def read_teacher_text(out_dir: str | Path, max_shards: int | None = None, distri
                 row["dist"] = dist
         rows += shard
     return rows
+
+
+def _shard_index(path: Path) -> int:
+    return int(path.name.split(".")[0].split("-")[1])
+
+
+def _shard_paths(out_dir: str | Path) -> list[Path]:
+    """The finished text shards under `out_dir`, in shard order: shard-NNNNN.jsonl as the teacher stage writes
+    them, or shard-NNNNN.jsonl.gz as `archive_teacher_text` does."""
+    paths = list(Path(out_dir).glob("shard-*.jsonl")) + list(Path(out_dir).glob("shard-*.jsonl.gz"))
+    return sorted(paths, key=_shard_index)
+
+
+def archive_teacher_text(src_dir: str | Path, dst_dir: str | Path) -> int:
+    """Keep the teacher text where a lost machine cannot take it: every finished text shard of `src_dir` (the
+    teacher stage's output) that `dst_dir` lacks, gzipped there as shard-NNNNN.jsonl.gz (about 5 kB a shard of
+    32 documents), without the distributions beside it (0.4 MB a shard gzipped: too large to commit). Returns
+    the number of shards written.
+
+    Why: the text is what hours of a target's decoding bought (about 24 shards an hour for Qwen2.5-Coder-1.5B on
+    a 2-core CPU), and runs/ does not survive a change of machine. The archive is teacher text like any other
+    (read_teacher_text reads it; its meta.json says top_k 0, so a student trains on it with
+    student.distill_weight=0); a teacher stage re-run over the same prompts recreates the distributions.
+
+    Invariant: each archived shard decompresses to its source shard's bytes, and is written through a temporary
+    file and a rename, so an archive holds only whole shards (tests/test_drafter.py)."""
+    src, dst = Path(src_dir), Path(dst_dir)
+    meta_path = src / "meta.json"
+    if not meta_path.exists():
+        raise ConfigError(f"{src} holds no teacher text (no meta.json); run the teacher stage first")
+    meta = json.loads(meta_path.read_text())
+    archived = {**meta, "top_k": 0, "archived_top_k": meta.get("top_k", 0)}
+    dst.mkdir(parents=True, exist_ok=True)
+    dst_meta = dst / "meta.json"
+    if dst_meta.exists():
+        diff = changed_settings(json.loads(dst_meta.read_text()), archived)
+        if diff:
+            raise ConfigError(f"{dst} archives teacher text made with other settings ({diff}); archive into "
+                              f"another directory")
+    else:
+        write_atomic(dst_meta, json.dumps(archived, indent=1, sort_keys=True))
+    have = {_shard_index(p) for p in _shard_paths(dst)}
+    written = 0
+    for path in sorted(src.glob("shard-*.jsonl"), key=_shard_index):
+        i = _shard_index(path)
+        if i in have:
+            continue
+        tmp = dst / f".shard-{i:05d}.jsonl.gz.tmp"
+        tmp.write_bytes(gzip.compress(path.read_bytes(), compresslevel=9, mtime=0))
+        os.replace(tmp, dst / f"shard-{i:05d}.jsonl.gz")
+        written += 1
+    return written
+
+
+def read_teacher_text_shard(path: Path) -> list[dict]:
+    """One text shard's rows (shard-NNNNN.jsonl, or gzipped .jsonl.gz)."""
+    text = gzip.decompress(path.read_bytes()).decode("utf-8") if path.suffix == ".gz" else path.read_text("utf-8")
+    return [json.loads(line) for line in text.splitlines() if line]
