@@ -91,11 +91,35 @@ def test_graph_replays_equal_eager_before_and_after_rollback_across_the_window()
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("alg", ["ar", "slem", "tli", "slrs"])
-def test_graph_greedy_equals_eager_in_fp32(alg):
+def test_graph_output_equals_eager_in_fp32_greedy_and_sampled_with_the_same_seed(alg):
+    """Greedy, and sampled at T = 1 with one seed: the same draws from the same generator over probabilities
+    equal up to float reassociation, so the same tokens (a draw within ~1e-6 of a boundary would be needed to
+    differ). The first GPU run proved the greedy half only."""
     target, tt, draft, dt = _pair()
     kw = dict(target=target, target_tokenizer=tt, **drafting(alg, draft, dt), max_new_tokens=24, algorithm=alg)
-    for prompt in ("def f(x):", "The quick brown fox"):
-        assert xvocab.generate(prompt, cache="graph", **kw).token_ids == xvocab.generate(prompt, **kw).token_ids
+    for temperature in (0.0, 1.0):
+        for prompt in ("def f(x):", "The quick brown fox"):
+            graph = xvocab.generate(prompt, cache="graph", temperature=temperature, seed=5, **kw).token_ids
+            assert graph == xvocab.generate(prompt, temperature=temperature, seed=5, **kw).token_ids, (temperature,
+                                                                                                     prompt)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("alg", ["slem", "tli"])
+def test_batched_graph_rows_equal_generate_alone_through_one_pool(alg):
+    """Continuous batching on the graph path (3 slots, 4 prompts: a finished row's slot is reused), through one
+    DecoderPool kept across two calls (graphs captured by the first are replayed by the second): every row is
+    what `generate` gives it alone, greedy."""
+    from xvocab.batch_kv import DecoderPool
+
+    target, tt, draft, dt = _pair()
+    prompts = ["def f(x):", "The quick brown fox", "import os\n", "class A:\n    def"]
+    kw = dict(target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt, algorithm=alg, max_new_tokens=20)
+    alone = [xvocab.generate(p, **kw).token_ids for p in prompts]
+    pool = DecoderPool()
+    for _ in range(2):
+        rows = xvocab.generate_batch(prompts, batch_size=3, graphs=True, decoders=pool, **kw)
+        assert [r.token_ids for r in rows] == alone
 
 
 @pytest.mark.gpu
