@@ -576,6 +576,13 @@ def test_shared_embedding_drafter_loads_as_trained_and_refuses_another_base(tmp_
     assert torch.equal(loaded(ids).logits, child.eval()(ids).logits)
     # control: without the fill the loaded embedding would be a fresh initialization, and the logits differ
     assert not torch.equal(build_student(tok, StudentShape(2, 32, 64, 2), seed=1)(ids).logits, loaded(ids).logits)
+    # trained further again from the child (which holds no embedding): the grandchild names the base, and loads
+    grandchild = build_student(tok, StudentShape(2, 32, 64, 2), seed=3)
+    grandchild.get_input_embeddings().weight.data.copy_(base16.get_input_embeddings().weight)
+    out2 = save_student(grandchild, tok, tmp_path / "grandchild", tokenizer_name="deepseek-coder", dtype="float32",
+                        extra={}, shared_embedding=str(out))
+    assert shared_embedding.shared_from(out2)["drafter"] == str(base_dir)
+    assert torch.equal(zoo.model(str(out2), device="cpu")[0](ids).logits, grandchild.eval()(ids).logits)
     trained = build_student(tok, StudentShape(2, 32, 64, 2), seed=2)  # its embedding is not the base's
     with pytest.raises(AssetError, match="not .*base"):
         save_student(trained, tok, tmp_path / "bad", tokenizer_name="deepseek-coder", dtype="float16", extra={},

@@ -44,11 +44,25 @@ def _read_embedding(directory: Path) -> torch.Tensor:
         return f.get_tensor(EMBED)
 
 
+def holder(base: str, base_dir: Callable[[str], Path]) -> str:
+    """The drafter that holds `base`'s token embedding: `base` itself, or, where `base` shares another's (a drafter
+    trained further with its embedding frozen, then trained further again), the one it names, followed to the end."""
+    seen = [base]
+    while (entry := shared_from(base_dir(seen[-1]))) is not None:
+        if entry["drafter"] in seen:
+            raise AssetError(f"the shared token embeddings of {' -> '.join(seen + [entry['drafter']])} form a cycle: "
+                             f"one of them must hold its own")
+        seen.append(entry["drafter"])
+    return seen[-1]
+
+
 def strip(directory: Path, base: str, weight: torch.Tensor, base_dir: Callable[[str], Path]) -> None:
-    """Rewrite the checkpoint in `directory` without its token embedding, naming `base` (whose embedding must be
-    `weight`, checked; `base_dir` finds its directory from its name) in its config.json."""
+    """Rewrite the checkpoint in `directory` without its token embedding, naming the drafter that holds `base`'s
+    (`holder`; its embedding must be `weight`, checked; `base_dir` finds a directory from a name) in its
+    config.json."""
     from safetensors.torch import load_file, save_file
 
+    base = holder(base, base_dir)
     expected = digest(_read_embedding(base_dir(base)))
     if digest(weight) != expected:
         raise AssetError(f"the embedding to drop is not {base}'s (it was trained, or the base changed): keep it "
