@@ -10,7 +10,7 @@ figures are costs, not acceptance. Every model is built once, directly on the de
 2. per pair (TARGET:DRAFT): tokens/s of `ar`, `slem`, `tli`, `slrs` with cache=dynamic and cache=graph on
    `--prompts` random prompts, the graph rows through one DecoderPool per pair (graphs captured once, before the
    timed calls, capture time apart), tau, c and v from part 1, the bound tau / (k c + v) and the efficiency
-   (speedup over the same path's `ar` / bound); beside them transformers' own `generate` as anchors, each warmed
+   (speedup over the same path's `ar` / bound); after every pair's rows, transformers' own `generate` as anchors, each warmed
    by the very call it then times (compile time reported apart): dynamic cache, static cache with a fixed
    `max_cache_len` without compiling and with its default compile, and assisted generation drafting exactly k
    tokens per round (`num_assistant_tokens=k`, constant schedule, no confidence stop, as xvocab drafts).
@@ -90,7 +90,7 @@ WARMUP = 5
 
 def _median_ms(call, reset, reps: int, device) -> tuple[float, torch.Tensor]:
     times = []
-    for _ in range(reps + WARMUP):  # the first untimed
+    for _ in range(reps + WARMUP):  # the first WARMUP are not timed
         sync(device)
         start = time.perf_counter()
         out = call()
