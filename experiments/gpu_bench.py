@@ -10,10 +10,11 @@ figures are costs, not acceptance. Every model is built once, directly on the de
 2. per pair (TARGET:DRAFT): tokens/s of `ar`, `slem`, `tli`, `slrs` with cache=dynamic and cache=graph on
    `--prompts` random prompts, the graph rows through one DecoderPool per pair (graphs captured once, before the
    timed calls, capture time apart), tau, c and v from part 1, the bound tau / (k c + v) and the efficiency
-   (speedup over the same path's `ar` / bound); after every pair's rows, transformers' own `generate` as anchors, each warmed
-   by the very call it then times (compile time reported apart): dynamic cache, static cache with a fixed
-   `max_cache_len` without compiling and with its default compile, and assisted generation drafting exactly k
-   tokens per round (`num_assistant_tokens=k`, constant schedule, no confidence stop, as xvocab drafts).
+   (speedup over the same path's `ar` / bound); after every pair's rows, transformers' own `generate` as
+   anchors, each warmed by the very call it then times (compile time reported apart): dynamic cache, static
+   cache with a fixed `max_cache_len` without compiling and with its default compile, and assisted generation
+   drafting exactly k tokens per round (`num_assistant_tokens=k`, constant schedule, no confidence stop, as
+   xvocab drafts).
 
 Every record is appended to OUT/records.jsonl the moment it exists and OUT/gpu_bench.md is rewritten after
 each one, so a run cut short keeps what it measured. On a CPU (`--device cpu --small`, two-layer variants)
