@@ -14,6 +14,8 @@ Hugging Face checkpoint at `out_dir`, with its training log and loss curve besid
     python -m experiments.train_drafter stage=teacher teacher.prompts=pypi teacher.dir=runs/drafter/gemma-3-270m/teacher_pypi
     python -m experiments.train_drafter stage=student student.extra_teacher=[runs/drafter/gemma-3-270m/teacher_pypi]
     python -m experiments.train_drafter stage=archive target=qwen2.5-coder-1.5b   # teacher text -> data/teacher/, to commit
+    python -m experiments.train_drafter stage=score target=qwen2.5-coder-1.5b \
+        'score.sources=[data/teacher/qwen2.5-coder-1.5b,data/teacher/qwen2.5-coder-0.5b]'   # the target's labels on them
 """
 from __future__ import annotations
 
@@ -37,7 +39,8 @@ from xvocab.zoo.assets import CODE_PACKAGES, CODE_SOURCES
 from xvocab.errors import ConfigError
 
 CONF = str(Path(__file__).resolve().parent.parent / "conf")
-STAGES = ("teacher", "onpolicy", "student", "all", "archive")  # all: teacher then student; archive: the text kept
+STAGES = ("teacher", "onpolicy", "score", "student", "all", "archive")  # all: teacher then student; archive: the text
+# kept; score: the target's distributions on teacher text other writers made (xvocab.drafter.rescore)
 
 
 def stage_prompts(cfg: DictConfig, n_prompts: int) -> list[dict]:
@@ -75,7 +78,8 @@ def teacher_stage(cfg: DictConfig, device: str) -> Path:
         return generate_teacher_text(target, tokenizer, prompts, cfg.teacher.dir,
                                      batch_size=t.batch_size, max_new_tokens=t.max_new_tokens,
                                      sample_fraction=t.sample_fraction, temperature=t.temperature, seed=cfg.seed,
-                                     meta=meta, time_budget_s=t.time_budget_s, top_k=t.top_k)
+                                     meta=meta, time_budget_s=t.time_budget_s, top_k=t.top_k,
+                                     first_shard=t.first_shard)
 
 
 def onpolicy_stage(cfg: DictConfig, device: str) -> Path:
@@ -100,6 +104,21 @@ def onpolicy_stage(cfg: DictConfig, device: str) -> Path:
                                       top_k=cfg.teacher.top_k, meta=meta, time_budget_s=o.time_budget_s)
 
 
+def score_stage(cfg: DictConfig, device: str) -> Path:
+    """The target scores the teacher text in score.sources (xvocab.drafter.rescore) into score.dir."""
+    from xvocab.drafter.rescore import score_teacher_text
+
+    if not cfg.teacher.top_k:
+        raise ConfigError("stage=score records the target's distributions: set teacher.top_k > 0")
+    dtype = target_dtype(cfg, device)
+    target, tokenizer = load_model(cfg.target, dtype, device, None)
+    meta = {"target": cfg.target, "dtype": dtype}  # the prompts' Python is the sources' (rescore.PROMPT_SETTINGS)
+    with packed_linears(target):
+        return score_teacher_text(target, tokenizer, list(cfg.score.sources), cfg.score.dir, top_k=cfg.teacher.top_k,
+                                  meta=meta, rows_per_forward=cfg.score.rows_per_forward,
+                                  max_shards=cfg.score.max_shards, time_budget_s=cfg.score.time_budget_s)
+
+
 def student_stage(cfg: DictConfig, device: str, command: str) -> Path:
     from xvocab.drafter.train import run_student_stage
 
@@ -122,6 +141,8 @@ def main(cfg: DictConfig) -> None:
         print(f"{n} new shards archived in {cfg.teacher.archive_dir} (commit them: runs/ does not outlive its machine)")
     if cfg.stage == "onpolicy":
         print(f"on-policy data at {onpolicy_stage(cfg, device)}")
+    if cfg.stage == "score":
+        print(f"scored teacher text at {score_stage(cfg, device)} (train on it with teacher.dir=<that directory>)")
     if cfg.stage in ("student", "all"):
         from hydra.core.hydra_config import HydraConfig
 

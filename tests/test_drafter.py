@@ -198,6 +198,51 @@ def test_onpolicy_shards_hold_the_drafters_text_scored_by_the_target_and_resume(
         generate_onpolicy_data(drafter, draft_tok, aligned, target, tok, prompts, tmp_path, **(kw | {"seed": 2}))
 
 
+def test_scored_teacher_text_holds_the_first_sources_rows_with_the_targets_own_distributions(tiny_target, tmp_path):
+    """stage=score (xvocab.drafter.rescore): shard i holds the rows of the first source that has it, each scored
+    as the target scores that row alone; the target's own greedy text is its own top choice, another writer's is
+    not everywhere (the control); a deleted shard is rewritten the same; prompts cut differently are refused."""
+    from xvocab.drafter.onpolicy import score_batch
+    from xvocab.drafter.rescore import score_teacher_text
+    from xvocab.tokens import codec
+
+    target, tok = tiny_target
+    writer = zoo.tiny_model(tok, seed=4)  # another model over the target's vocabulary writes most of the text
+    prompts = [{"id": str(i), "prompt": f"def f{i}(x):\n    return"} for i in range(5)]
+    kw = dict(batch_size=2, max_new_tokens=6, sample_fraction=0.0, temperature=1.0, seed=1, top_k=3)
+    own = generate_teacher_text(target, tok, prompts[:2], tmp_path / "own", meta={"target": "t", "prompts": "p"}, **kw)
+    other = generate_teacher_text(writer, tok, prompts, tmp_path / "other", meta={"target": "w", "prompts": "p"}, **kw)
+    score = dict(top_k=3, meta={"target": "t", "dtype": "float32"}, rows_per_forward=3)
+    out = score_teacher_text(target, tok, [own, other], tmp_path / "scored", **score)
+    rows = read_teacher_text(out, distributions=True)
+    expected = read_teacher_text(own) + read_teacher_text(other)[2:]    # shard 0 from `own`, shards 1-2 from `other`
+    assert [(r["id"], r["prompt"], r["completion"]) for r in rows] == [(r["id"], r["prompt"], r["completion"])
+                                                                       for r in expected]
+    for r in rows:
+        ids = codec(tok).encode_continuation(r["completion"])
+        alone = score_batch(target, tok, [r["prompt"]], [ids], top_k=3, rows_per_forward=1)[0]
+        assert r["dist"]["ids"].tolist() == ids and torch.equal(r["dist"]["top_ids"][:, 0], alone["top_ids"][:, 0])
+        torch.testing.assert_close(r["dist"]["top_logp"].float(), alone["top_logp"].float(), atol=2e-2, rtol=1e-2)
+    agree = [bool(torch.equal(r["dist"]["top_ids"][:, 0].long(), r["dist"]["ids"].long())) for r in rows]
+    assert agree[:2] == [True, True]       # greedy text by the target: its own first choice at every position
+    assert not all(agree[2:])              # control: the writer's greedy text is not the target's everywhere
+    meta = json.loads((out / "meta.json").read_text())
+    assert [s["target"] for s in meta["sources"]] == ["t", "w"] and meta["top_k"] == 3 and meta["prompts"] == "p"
+    before = (out / "shard-00001.jsonl").read_bytes()
+    (out / "shard-00001.jsonl").unlink()
+    score_teacher_text(target, tok, [own, other], out, **score)
+    assert (out / "shard-00001.jsonl").read_bytes() == before
+    with pytest.raises(ConfigError, match="other settings"):
+        score_teacher_text(target, tok, [own, other], out, **(score | {"top_k": 2}))
+    third = generate_teacher_text(writer, tok, prompts, tmp_path / "third", meta={"target": "w", "prompts": "q"}, **kw)
+    with pytest.raises(ConfigError, match="cuts its prompts"):
+        score_teacher_text(target, tok, [own, third], tmp_path / "mixed", **score)
+    with pytest.raises(ConfigError, match="no meta.json"):
+        score_teacher_text(target, tok, [tmp_path / "nothing"], tmp_path / "none", **score)
+    with pytest.raises(ConfigError, match="score.sources"):
+        score_teacher_text(target, tok, [], tmp_path / "none", **score)
+
+
 def test_teacher_shards_resume_and_refuse_other_settings(tiny_target, tmp_path):
     target, tok = tiny_target
     prompts = [{"id": str(i), "prompt": f"def f{i}(x):\n    return"} for i in range(5)]
@@ -211,6 +256,10 @@ def test_teacher_shards_resume_and_refuse_other_settings(tiny_target, tmp_path):
     assert read_teacher_text(tmp_path) == first  # seeded per shard: the redone shard is identical
     with pytest.raises(ConfigError, match="other settings"):
         generate_teacher_text(target, tok, prompts, tmp_path, **(kw | {"max_new_tokens": 5}))
+    # Continued elsewhere from shard 1 on (shard 0 archived, say): the same shards, none before it.
+    generate_teacher_text(target, tok, prompts, tmp_path / "later", **kw, first_shard=1)
+    assert sorted(p.name for p in (tmp_path / "later").glob("shard-*")) == ["shard-00001.jsonl", "shard-00002.jsonl"]
+    assert read_teacher_text(tmp_path / "later") == first[2:]
 
 
 def test_archived_teacher_text_reads_as_the_source_and_only_whole_new_shards_are_added(tiny_target, tmp_path):
@@ -238,6 +287,12 @@ def test_archived_teacher_text_reads_as_the_source_and_only_whole_new_shards_are
     assert archive_teacher_text(src, dst) == 1 and (dst / "shard-00000.jsonl.gz").read_bytes() == before
     assert [r["id"] for r in read_teacher_text(dst)] == [str(i) for i in range(5)]
     assert len(read_teacher_text(dst, max_shards=2)) == 4
+    with pytest.raises(ConfigError, match="into itself"):
+        archive_teacher_text(src, src)
+    (src / "shard-00000.jsonl.gz").write_bytes((dst / "shard-00000.jsonl.gz").read_bytes())
+    with pytest.raises(ConfigError, match="both plain and gzipped"):
+        read_teacher_text(src)
+    (src / "shard-00000.jsonl.gz").unlink()
     (src / "meta.json").write_text(json.dumps({**json.loads((src / "meta.json").read_text()), "seed": 9}))
     with pytest.raises(ConfigError, match="other settings"):
         archive_teacher_text(src, dst)
@@ -364,6 +419,43 @@ def test_train_drafter_command_end_to_end_on_a_tiny_target(tmp_path):
     draft, tok = zoo.model(str(out), device="cpu")
     assert draft.config.vocab_size == len(tok) and draft.config.xvocab_tokenizer == "deepseek-coder"
     assert draft.config.xvocab_draft_encoding == "aligned"  # the engine drafts the way the student learned
+
+
+@pytest.mark.slow
+def test_train_drafter_command_scores_teacher_text_and_trains_on_the_targets_labels(tmp_path):
+    """stage=score through the Hydra entry (three processes: slow): the target scores text another directory holds
+    (here its own teacher text, written from shard 1 on into a second directory after shard 0 in the first), a
+    student trains on the scored directory with the target's labels, and its model card names the writers; with
+    no sources the stage refuses by name."""
+    import subprocess
+    import sys
+
+    root, out, args = _train_drafter_command(tmp_path)
+    cmd = [sys.executable, *args]
+    work = tmp_path / "work"
+    proc = subprocess.run(cmd + ["stage=teacher", "teacher.n_prompts=3"], cwd=root, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    proc = subprocess.run(cmd + ["stage=teacher", "teacher.first_shard=1", f"teacher.dir={work / 'later'}"], cwd=root,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert [p.name for p in sorted((work / "later").glob("shard-*.jsonl"))] == ["shard-00001.jsonl"]
+    proc = subprocess.run(cmd + ["stage=score", f"score.sources=[{work / 'teacher'},{work / 'later'}]"], cwd=root,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    scored = read_teacher_text(work / "scored", distributions=True)
+    assert [r["completion"] for r in scored] == [r["completion"] for r in read_teacher_text(work / "teacher")
+                                                 + read_teacher_text(work / "later")]
+    proc = subprocess.run(cmd + ["stage=student", f"teacher.dir={work / 'scored'}", "student.next_token=target_argmax",
+                                 "student.distill_weight=0.5", "student.distill_loss=tli"], cwd=root,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    record = json.loads((out / "xvocab_training.json").read_text())
+    assert record["teacher_documents"] == 6 and len(record["teacher_meta"]["sources"]) == 2
+    assert "xvocab.drafter.rescore" in (out / "README.md").read_text()
+    proc = subprocess.run(cmd + ["stage=score", f"score.dir={work / 'none'}"], cwd=root, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode != 0 and "score.sources" in proc.stderr
 
 
 @pytest.mark.slow

@@ -116,14 +116,16 @@ def length_buckets(prompts: list[dict], window: int) -> list[dict]:
 
 def generate_teacher_text(target, tokenizer, prompts: list[dict], out_dir: str | Path, *, batch_size: int,
                           max_new_tokens: int, sample_fraction: float, temperature: float, seed: int,
-                          meta: dict, time_budget_s: float | None = None, top_k: int = 0) -> Path:
+                          meta: dict, time_budget_s: float | None = None, top_k: int = 0,
+                          first_shard: int = 0) -> Path:
     """Continue every prompt ({id, prompt}) with the target; shards under `out_dir`; returns it.
 
     A `sample_fraction` of the batches, spread evenly, are sampled at `temperature`; the rest greedy.
     Shard i always holds the same prompts, so a larger prompt list later only adds shards.
     `meta` (target name, prompt source...) is stored and checked on resume. `time_budget_s`
     stops cleanly after the shard that crosses it (a later call resumes). `top_k` > 0 also records
-    the target's compact distributions (module docstring).
+    the target's compact distributions (module docstring). `first_shard` > 0 writes only shards from that index
+    on (the earlier ones live elsewhere, e.g. archived: xvocab.drafter.rescore reads several directories).
     """
     meta = dict(meta, batch_size=batch_size, max_new_tokens=max_new_tokens, sample_fraction=sample_fraction,
                 temperature=temperature, seed=seed, **({"top_k": top_k} if top_k else {}))
@@ -138,14 +140,28 @@ def generate_teacher_text(target, tokenizer, prompts: list[dict], out_dir: str |
         return texts, temp, n, dists
 
     return write_shards(prompts, out_dir, batch_size=batch_size, meta=meta, shard=shard, desc="teacher text",
-                        time_budget_s=time_budget_s)
+                        time_budget_s=time_budget_s, first_shard=first_shard)
 
 
 def write_shards(prompts: list[dict], out_dir: str | Path, *, batch_size: int, meta: dict, shard, desc: str,
-                 time_budget_s: float | None = None) -> Path:
-    """Cut `prompts` into batches and write `shard(i, batch)`'s output for each missing shard i (module
+                 time_budget_s: float | None = None, first_shard: int = 0) -> Path:
+    """Cut `prompts` into batches and write `shard(i, batch)`'s output for each missing shard i >= first_shard (module
     docstring: atomic, resumable, `meta` pinned). `shard` returns (completions, temperature they were written
     at, tokens generated, compact distributions or None). Shared by the teacher stage and on-policy rounds."""
+    out_dir = pin_meta(out_dir, meta, desc)
+    batches = [prompts[i:i + batch_size] for i in range(0, len(prompts), batch_size)]
+
+    def make(i: int) -> tuple[list[dict], int, list[dict] | None]:
+        texts, temp, n, dists = shard(i, batches[i])
+        return ([{"id": r["id"], "prompt": r["prompt"], "completion": t, "temperature": temp}
+                 for r, t in zip(batches[i], texts, strict=True)], n, dists)
+
+    return run_shards(out_dir, range(first_shard, len(batches)), make, desc=desc, time_budget_s=time_budget_s)
+
+
+def pin_meta(out_dir: str | Path, meta: dict, desc: str) -> Path:
+    """`out_dir`, created, its meta.json written as `meta` or, when present, checked equal to it: a resumed run
+    with other settings is refused instead of mixing data (module docstring)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     meta_path = out_dir / "meta.json"
@@ -156,20 +172,21 @@ def write_shards(prompts: list[dict], out_dir: str | Path, *, batch_size: int, m
                               f"use another output directory or delete it")
     else:
         write_atomic(meta_path, json.dumps(meta, indent=1, sort_keys=True))
-    batches = [prompts[i:i + batch_size] for i in range(0, len(prompts), batch_size)]
-    todo = [i for i in range(len(batches)) if not (out_dir / f"shard-{i:05d}.jsonl").exists()]
+    return out_dir
+
+
+def run_shards(out_dir: Path, indices, make, *, desc: str, time_budget_s: float | None = None) -> Path:
+    """Write shard i = make(i) -> (rows, tokens made, distributions or None) for each i of `indices` whose text
+    shard is missing (write_shard: atomic), with a progress bar; `time_budget_s` stops cleanly after the shard
+    that crosses it (a later call resumes). Returns out_dir."""
+    indices = list(indices)
+    todo = [i for i in indices if not (out_dir / f"shard-{i:05d}.jsonl").exists()]
     start, tokens = time.perf_counter(), 0
-    bar = tqdm(todo, desc=desc, unit="batch", initial=len(batches) - len(todo), total=len(batches))
+    bar = tqdm(todo, desc=desc, unit="shard", initial=len(indices) - len(todo), total=len(indices))
     for i in bar:
-        texts, temp, n, dists = shard(i, batches[i])
+        rows, n, dists = make(i)
+        write_shard(out_dir, i, rows, dists)
         tokens += n
-        if dists is not None:  # before the text shard, whose presence marks the pair complete
-            tmp = out_dir / f".shard-{i:05d}.dist.pt.tmp"
-            torch.save(dists, tmp)
-            os.replace(tmp, out_dir / f"shard-{i:05d}.dist.pt")
-        lines = [json.dumps({"id": r["id"], "prompt": r["prompt"], "completion": t, "temperature": temp})
-                 for r, t in zip(batches[i], texts, strict=True)]
-        write_atomic(out_dir / f"shard-{i:05d}.jsonl", "\n".join(lines) + "\n")
         elapsed = time.perf_counter() - start
         bar.set_postfix(tok_s=f"{tokens / elapsed:.0f}")
         if time_budget_s is not None and elapsed > time_budget_s:
@@ -178,18 +195,28 @@ def write_shards(prompts: list[dict], out_dir: str | Path, *, batch_size: int, m
     return out_dir
 
 
+def write_shard(out_dir: Path, i: int, rows: list[dict], dists: list[dict] | None) -> None:
+    """Shard i: its distributions (if any) first, then its text rows, each through a temporary file and a
+    rename, so a text shard's presence means both are whole (module docstring)."""
+    if dists is not None:
+        tmp = out_dir / f".shard-{i:05d}.dist.pt.tmp"
+        torch.save(dists, tmp)
+        os.replace(tmp, out_dir / f"shard-{i:05d}.dist.pt")
+    write_atomic(out_dir / f"shard-{i:05d}.jsonl", "\n".join(json.dumps(r) for r in rows) + "\n")
+
+
 def read_teacher_text(out_dir: str | Path, max_shards: int | None = None, distributions: bool = False) -> list[dict]:
     """The rows of every finished shard (of the first `max_shards`, if given), in shard order.
 
     With `distributions`, each row also carries its `dist` ({ids, top_ids, top_logp}, module docstring);
     teacher text recorded without them is refused with the fix."""
     rows = []
-    for path in _shard_paths(out_dir):
-        if max_shards is not None and _shard_index(path) >= max_shards:
+    for path in shard_paths(out_dir):
+        if max_shards is not None and shard_index(path) >= max_shards:
             continue
         shard = read_teacher_text_shard(path)
         if distributions:
-            dist_path = path.with_name(f"shard-{_shard_index(path):05d}.dist.pt")
+            dist_path = path.with_name(f"shard-{shard_index(path):05d}.dist.pt")
             if not dist_path.exists():
                 raise ConfigError(f"{path} has no distributions beside it ({dist_path.name}): the teacher text was "
                                   f"recorded without teacher.top_k; record it again with teacher.top_k > 0 in "
@@ -200,15 +227,20 @@ def read_teacher_text(out_dir: str | Path, max_shards: int | None = None, distri
     return rows
 
 
-def _shard_index(path: Path) -> int:
+def shard_index(path: Path) -> int:
     return int(path.name.split(".")[0].split("-")[1])
 
 
-def _shard_paths(out_dir: str | Path) -> list[Path]:
+def shard_paths(out_dir: str | Path) -> list[Path]:
     """The finished text shards under `out_dir`, in shard order: shard-NNNNN.jsonl as the teacher stage writes
     them, or shard-NNNNN.jsonl.gz as `archive_teacher_text` does."""
-    paths = list(Path(out_dir).glob("shard-*.jsonl")) + list(Path(out_dir).glob("shard-*.jsonl.gz"))
-    return sorted(paths, key=_shard_index)
+    paths = sorted(list(Path(out_dir).glob("shard-*.jsonl")) + list(Path(out_dir).glob("shard-*.jsonl.gz")),
+                   key=shard_index)
+    twice = sorted({shard_index(p) for p in paths if sum(shard_index(q) == shard_index(p) for q in paths) > 1})
+    if twice:
+        raise ConfigError(f"{out_dir} holds shard(s) {twice} both plain and gzipped: their rows would be read twice; "
+                          f"keep the teacher stage's output and its archive in separate directories")
+    return paths
 
 
 def archive_teacher_text(src_dir: str | Path, dst_dir: str | Path) -> int:
@@ -225,6 +257,8 @@ def archive_teacher_text(src_dir: str | Path, dst_dir: str | Path) -> int:
     Invariant: each archived shard decompresses to its source shard's bytes, and is written through a temporary
     file and a rename, so an archive holds only whole shards (tests/test_drafter.py)."""
     src, dst = Path(src_dir), Path(dst_dir)
+    if dst.resolve() == src.resolve():
+        raise ConfigError(f"archiving {src} into itself; name another directory (teacher.archive_dir)")
     meta_path = src / "meta.json"
     if not meta_path.exists():
         raise ConfigError(f"{src} holds no teacher text (no meta.json); run the teacher stage first")
@@ -239,10 +273,10 @@ def archive_teacher_text(src_dir: str | Path, dst_dir: str | Path) -> int:
                               f"another directory")
     else:
         write_atomic(dst_meta, json.dumps(archived, indent=1, sort_keys=True))
-    have = {_shard_index(p) for p in _shard_paths(dst)}
+    have = {shard_index(p) for p in shard_paths(dst)}
     written = 0
-    for path in sorted(src.glob("shard-*.jsonl"), key=_shard_index):
-        i = _shard_index(path)
+    for path in sorted(src.glob("shard-*.jsonl"), key=shard_index):
+        i = shard_index(path)
         if i in have:
             continue
         tmp = dst / f".shard-{i:05d}.jsonl.gz.tmp"

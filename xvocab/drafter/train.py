@@ -313,9 +313,9 @@ A draft model for speculative decoding of `{extra['target']}` with xvocab (cross
 Llama architecture, {shape['layers']} layers, width {shape['hidden']}, {extra['parameters'] / 1e6:.1f}M parameters,
 vocabulary of the `{extra['draft_tokenizer']}` tokenizer (tied embeddings). Not a general language model.
 
-{_distill_words(extra)}Trained by sequence-level distillation: `{extra['target']}` ({teacher['dtype']}) continued
+{_distill_words(extra)}Trained by sequence-level distillation: {_writer_words(extra)}
 {extra['teacher_documents']} HumanEval-style prompts cut from {_prompt_words(teacher)}
-(HumanEval's own prompts and entry points excluded), greedy and sampled at T={teacher['temperature']}; the student
+(HumanEval's own prompts and entry points excluded){_scored_words(extra)}; the student
 learned that text written in its own vocabulary, {_ENCODING_WORDS[extra['student_config'].get('encoding', 'native')]},
 mixed with raw standard-library source
 (share {extra['student_config']['raw_fraction']}), for {extra['step']} steps ({extra['tokens']:,} tokens,
@@ -334,6 +334,23 @@ def _shared_words(extra: dict) -> str:
         return ""
     return (f"\nIts token embedding (and tied head) is `{extra['init_from']}`'s, frozen while training: the checkpoint "
             f"holds the other weights and loads it from there, checked by sha256 (xvocab.zoo.shared_embedding).")
+
+
+def _writer_words(extra: dict) -> str:
+    """Who wrote the teacher text, for the model card: the target, or (stage=score) the sources' writers."""
+    teacher = extra["teacher_meta"]
+    if "sources" not in teacher:
+        return f"`{extra['target']}` ({teacher['dtype']}) continued"
+    return " and ".join(f"`{s['target']}` ({s['dtype']})" for s in teacher["sources"]) + " continued"
+
+
+def _scored_words(extra: dict) -> str:
+    """How the teacher text was decoded, or (stage=score) that the target scored another writer's text."""
+    teacher = extra["teacher_meta"]
+    if "sources" not in teacher:
+        return f", greedy and sampled at T={teacher['temperature']}"
+    return (f", and `{extra['target']}` ({teacher['dtype']}) recorded its own top-{teacher['top_k']} distribution at "
+            f"every position of that text (xvocab.drafter.rescore: the first writer holding a shard gave its text)")
 
 
 def _prompt_words(teacher_meta: dict) -> str:
