@@ -421,6 +421,24 @@ def test_train_drafter_command_end_to_end_on_a_tiny_target(tmp_path):
     assert draft.config.xvocab_draft_encoding == "aligned"  # the engine drafts the way the student learned
 
 
+def test_model_card_says_who_wrote_scored_teacher_text():
+    """The model card names the writers of scored text (stage=score), as teacher text or extra teacher text, and
+    the decoding temperature of the target's own; a control: the target's own text names no other writer."""
+    from xvocab.drafter.train import _distill_words, _scored_words, _writer_words
+
+    own = {"target": "big", "dtype": "float32", "temperature": 1.0, "sample_fraction": 0.25, "prompts": "python-stdlib"}
+    scored = {"target": "big", "dtype": "bfloat16", "top_k": 32, "prompts": "python-stdlib",
+              "sources": [{"target": "big", "dtype": "float32"}, {"target": "small", "dtype": "bfloat16"}]}
+    extra = {"target": "big", "teacher_meta": scored, "student_config": {},
+             "extra_teacher": [{"documents": 5, "dir": "d", "meta": scored}]}
+    assert _writer_words(extra) == "`big` (float32) and `small` (bfloat16) continued"
+    assert "recorded its own top-32 distribution" in _scored_words(extra)
+    assert "written by `big` and `small`, scored by the target" in _distill_words(extra)
+    plain = dict(extra, teacher_meta=own, extra_teacher=[{"documents": 5, "dir": "d", "meta": own}])
+    assert _writer_words(plain) == "`big` (float32) continued" and "small" not in _distill_words(plain)
+    assert _scored_words(plain) == ", greedy and sampled at T=1.0" and "T=1.0, sample share 0.25" in _distill_words(plain)
+
+
 @pytest.mark.slow
 def test_train_drafter_command_scores_teacher_text_and_trains_on_the_targets_labels(tmp_path):
     """stage=score through the Hydra entry (three processes: slow): the target scores text another directory holds

@@ -376,8 +376,11 @@ def _distill_words(extra: dict) -> str:
         words += ("The next-token loss predicted the target's most likely token at every recorded position "
                   "(`student.next_token=target_argmax`), not the token the text held there.\n")
     for x in extra.get("extra_teacher") or []:
-        words += (f"Also trained on {x['documents']} teacher continuations of prompts from {x['meta'].get('prompts')} "
-                  f"(`{x['dir']}`, T={x['meta'].get('temperature')}, sample share {x['meta'].get('sample_fraction')}).\n")
+        m = x["meta"]
+        how = (f"T={m.get('temperature')}, sample share {m.get('sample_fraction')}" if "sources" not in m else
+               "written by " + " and ".join(f"`{s['target']}`" for s in m["sources"]) + ", scored by the target")
+        words += (f"Also trained on {x['documents']} teacher continuations of prompts from {m.get('prompts')} "
+                  f"(`{x['dir']}`, {how}).\n")
     o = extra.get("onpolicy")
     if o:
         words += (f"On-policy data (xvocab.drafter.onpolicy): {o['documents']} continuations written by "
