@@ -15,7 +15,7 @@ Hugging Face checkpoint at `out_dir`, with its training log and loss curve besid
     python -m experiments.train_drafter stage=student student.extra_teacher=[runs/drafter/gemma-3-270m/teacher_pypi]
     python -m experiments.train_drafter stage=archive target=qwen2.5-coder-1.5b   # teacher text -> data/teacher/, to commit
     python -m experiments.train_drafter stage=score target=qwen2.5-coder-1.5b \
-        'score.sources=[data/teacher/qwen2.5-coder-1.5b,data/teacher/qwen2.5-coder-0.5b]'   # the target's labels on them
+        'score.sources=[data/teacher/qwen2.5-coder-1.5b,data/teacher/qwen2.5-coder-0.5b]'   # its labels on their text
 """
 from __future__ import annotations
 
