@@ -26,6 +26,7 @@ from pathlib import Path
 from xvocab.drafter.onpolicy import score_batch
 from xvocab.drafter.teacher import pin_meta, read_teacher_text_shard, run_shards, shard_index, shard_paths
 from xvocab.errors import ConfigError
+from xvocab.records import changed_settings
 from xvocab.tokens import codec
 
 # What fixes which prompt shard i holds: sources that differ in any of these cannot be combined.
@@ -47,7 +48,7 @@ def source_shards(sources: list[str | Path]) -> tuple[dict[int, Path], list[dict
                               f"for it first or name another directory")
         meta = json.loads(meta_path.read_text())
         if metas:
-            diff = {k: (metas[0].get(k), meta.get(k)) for k in PROMPT_SETTINGS if metas[0].get(k) != meta.get(k)}
+            diff = changed_settings(*({k: m.get(k) for k in PROMPT_SETTINGS} for m in (metas[0], meta)))
             if diff:
                 raise ConfigError(f"score.sources: {src} cuts its prompts unlike {metas[0]['dir']} ({diff}): shard "
                                   f"i would hold other prompts in each; score them into separate directories")

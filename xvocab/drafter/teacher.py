@@ -27,6 +27,7 @@ import gzip
 import json
 import os
 import time
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -236,7 +237,7 @@ def shard_paths(out_dir: str | Path) -> list[Path]:
     them, or shard-NNNNN.jsonl.gz as `archive_teacher_text` does."""
     paths = sorted(list(Path(out_dir).glob("shard-*.jsonl")) + list(Path(out_dir).glob("shard-*.jsonl.gz")),
                    key=shard_index)
-    twice = sorted({shard_index(p) for p in paths if sum(shard_index(q) == shard_index(p) for q in paths) > 1})
+    twice = sorted(i for i, n in Counter(map(shard_index, paths)).items() if n > 1)
     if twice:
         raise ConfigError(f"{out_dir} holds shard(s) {twice} both plain and gzipped: their rows would be read twice; "
                           f"keep the teacher stage's output and its archive in separate directories")
