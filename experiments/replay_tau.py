@@ -1,0 +1,139 @@
+"""`python -m experiments.replay_tau RECORDS --drafts NAME [NAME ...]`: drafters' exact greedy tau, without the target.
+
+Replays the greedy continuations a run recorded (its `ar` rows, or any greedy row: lossless, they are ar's
+tokens) against each drafter and algorithm through the real engine (xvocab.replay): the proposals, acceptances
+and target forwards are those a real run on the same target makes, for the price of the drafts' forwards. Where
+RECORDS also holds a real run of the same (algorithm, draft, k), its measured tau is printed beside the replay's
+(they are equal: tests/test_replay.py; EXPERIMENTS.md, twenty-first session). Use it to compare drafters or
+checkpoints on a target's own text in seconds; time them with `experiments.run` and `experiments.costs`.
+
+    python -m experiments.replay_tau results/drafters/current_qwen15/T0/records.jsonl \\
+        --drafts qwen2.5-coder-1.5b-drafter-deepseek-coder-aligned-v3 runs/drafter/out/my-checkpoint \\
+        --algorithms slem tli --k 4
+
+The target is built on the meta device from its config (no weights are loaded). Prints one row per (algorithm,
+draft): prompts, tokens, target forwards, replay tau and the measured tau; `--out FILE` also writes the rows as
+JSON lines (atomically).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from experiments import datasets
+from experiments.runner import load_model
+from xvocab import defaults, records, zoo
+from xvocab.errors import ConfigError
+from xvocab.replay import replay
+
+
+def greedy_recordings(rows: list[dict]) -> list[dict]:
+    """One greedy row per (target, dataset, prompt) of `rows`: the ar row where there is one, else the first
+    greedy row. Refuses rows of more than one target or settings (max_new_tokens, stop) that differ per prompt."""
+    greedy = [r for r in rows if r["config"].get("temperature", 0) == 0]
+    if not greedy:
+        raise ConfigError("no greedy rows (temperature 0) in the records: replay reads a target's greedy text; run "
+                          "experiments.run with temperature=0 first")
+    targets = {r["config"]["target"] for r in greedy}
+    if len(targets) > 1:
+        raise ConfigError(f"the records hold greedy rows of several targets ({', '.join(sorted(targets))}); "
+                          f"replay one target's records at a time")
+    chosen: dict[tuple, dict] = {}
+    for r in sorted(greedy, key=lambda r: r["config"]["algorithm"] != "ar"):  # ar rows first
+        chosen.setdefault((r["config"]["dataset"], r["prompt_id"]), r)
+    return sorted(chosen.values(), key=lambda r: (r["config"]["dataset"], r["prompt_index"]))
+
+
+def meta_target(spec: str):
+    """The target `spec` names with its config, generation config and EOS roles but no weights (meta device);
+    a `tiny:` model is built for real (it is small)."""
+    if spec.startswith("tiny:"):
+        return load_model(spec, "float32", "cpu", None)[0]
+    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+
+    known = spec in zoo.models.MODELS
+    path = str(zoo.models.checkpoint_dir(spec)) if known else spec
+    with torch.device("meta"):
+        like = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path))
+    try:
+        like.generation_config = GenerationConfig.from_pretrained(path)
+    except OSError:  # a checkpoint without generation_config.json: the config's own EOS stands
+        pass
+    return zoo.models.with_roles(spec, like, zoo.tokenizer(spec)) if known else like
+
+
+def replay_all(recordings: list[dict], draft, draft_tokenizer, *, like, target_tokenizer, algorithm: str, k: int,
+               desc: str = "replay") -> list[dict]:
+    """One row per recording: {prompt_id, tokens, target_forwards, proposed, accepted} of the replayed run."""
+    prompts = {}
+    out = []
+    for r in tqdm(recordings, desc=desc, unit="prompt", leave=False):
+        c = r["config"]
+        if c["dataset"] not in prompts:
+            prompts[c["dataset"]] = {row["id"]: row["prompt"] for row in datasets.load(c["dataset"], None)}
+        o = replay(prompts[c["dataset"]][r["prompt_id"]], r["token_ids"], like=like, target_tokenizer=target_tokenizer,
+                   draft=draft, draft_tokenizer=draft_tokenizer, algorithm=algorithm, k=k,
+                   max_new_tokens=c["max_new_tokens"], stop=c.get("stop") or None)
+        out.append({"prompt_id": r["prompt_id"], "tokens": len(o.token_ids), "target_forwards": o.stats.target_forwards,
+                    "proposed": o.stats.proposed, "accepted": o.stats.accepted})
+    return out
+
+
+def measured_tau(rows: list[dict], algorithm: str, draft: str, k: int, prompt_ids: set[str]) -> float | None:
+    """tau of the real runs of (algorithm, draft, k) in `rows` over `prompt_ids`, if every one of them was run."""
+    real = {r["prompt_id"]: r for r in rows if r["config"]["algorithm"] == algorithm
+            and r["config"].get("draft") == draft and r["config"].get("k") == k
+            and r["config"].get("temperature", 0) == 0}
+    if not prompt_ids or not prompt_ids <= set(real):
+        return None
+    return sum(real[p]["new_tokens"] for p in prompt_ids) / sum(real[p]["target_forwards"] for p in prompt_ids)
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(prog="python -m experiments.replay_tau", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("records", type=Path, help="a run's records.jsonl (read from records.jsonl.gz where only that is kept) holding greedy rows")
+    parser.add_argument("--drafts", nargs="+", required=True, help="zoo drafter names or checkpoint directories")
+    parser.add_argument("--algorithms", nargs="+", default=["slem"], choices=["slem", "tli", "slrs", "sd"])
+    parser.add_argument("--k", type=int, default=defaults.K)
+    parser.add_argument("--limit", type=int, default=None, help="replay only the first LIMIT prompts")
+    parser.add_argument("--threads", type=int, default=defaults.THREADS)
+    parser.add_argument("--out", type=Path, default=None, help="also write the rows here as JSON lines")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    rows = records.read(args.records)
+    if not rows:
+        raise SystemExit(f"no records in {args.records}")
+    recordings = greedy_recordings(rows)[:args.limit]
+    target_name = recordings[0]["config"]["target"]
+    like, tt = meta_target(target_name), zoo.tokenizer(target_name) if not target_name.startswith("tiny:") \
+        else load_model(target_name, "float32", "cpu", None)[1]
+    ids = {r["prompt_id"] for r in recordings}
+    results = []
+    print(f"replaying {len(recordings)} greedy recordings of {target_name} ({args.records}), k = {args.k}")
+    print("| algorithm | draft | prompts | tokens | target forwards | replay tau | measured tau |")
+    print("|---|---|---|---|---|---|---|")
+    for name in args.drafts:
+        draft, dt = load_model(name, "float32", "cpu", None)
+        for algorithm in args.algorithms:
+            per = replay_all(recordings, draft, dt, like=like, target_tokenizer=tt, algorithm=algorithm, k=args.k,
+                             desc=f"{algorithm} {Path(name).name}")
+            tokens, forwards = sum(p["tokens"] for p in per), sum(p["target_forwards"] for p in per)
+            real = measured_tau(rows, algorithm, name, args.k, ids)
+            row = {"target": target_name, "algorithm": algorithm, "draft": name, "k": args.k, "prompts": len(per),
+                   "tokens": tokens, "target_forwards": forwards, "replay_tau": round(tokens / forwards, 4),
+                   "measured_tau": None if real is None else round(real, 4), "per_prompt": per}
+            results.append(row)
+            print(f"| {algorithm} | {name} | {len(per)} | {tokens} | {forwards} | {tokens / forwards:.3f} | "
+                  + ("—" if real is None else f"{real:.3f}") + " |", flush=True)
+    if args.out:
+        records.write_atomic(args.out, "".join(json.dumps(r) + "\n" for r in results))
+    return results
+
+
+if __name__ == "__main__":
+    main()

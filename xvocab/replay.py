@@ -1,0 +1,115 @@
+"""Replay a recorded greedy continuation as the target: a drafter's exact greedy acceptance without the target.
+
+What: `ReplayTarget` stands in for a target model whose greedy continuation of one prompt is known (a recorded
+`ar` run, or any greedy run: they are all ar's tokens). Its logits after `prompt + continuation[:i]` put all
+mass on `continuation[i]`; `replay` decodes the prompt with the real engine (`xvocab.generate`), a real draft
+and any algorithm at temperature 0 against it, and returns the engine's Output: its tokens (checked equal to
+the recording), target forwards, tau and acceptance per step.
+
+Why: greedy verification reads the target only through its argmax at each position of the proposal up to the
+first mismatch, and the bonus token after it, all of them positions of the target's own greedy text. Those
+argmaxes are the recorded tokens, so every proposal, acceptance and target forward of the replay is the one the
+real run makes, at the price of the draft's forwards alone: a 20-problem HumanEval comparison of drafters for
+the 1.5B target takes seconds instead of half an hour (EXPERIMENTS.md, twenty-first session), and the
+measured tau of a real run is reproduced exactly (tests/test_replay.py). What it cannot give is time: the
+target's cost is what `xvocab.cost` measures.
+
+Invariant: positions off the recorded text (after a rejected proposal token, or past the recording's end) are
+never read as the target's choice by greedy verification, so their rows (uniform) cannot change what is
+emitted. What the replay cannot check is that the recording is the target's greedy text: it replays any text
+it is given (records name their target and temperature; `experiments.replay_tau` reads only greedy rows of
+one target). A replay whose output is not the recording raises ReplayMismatch: the recording ends where this
+engine would not end it (other max_new_tokens or stop strings), or the engine lost it. The one step a replay
+may count differently is the last of a recording ended by a stop string: a real target's choices past the stop
+are not recorded, so proposal tokens there count as rejected (tau and the output are unaffected).
+
+Not for sampling (temperature > 0): the target's distribution there is not in a greedy recording.
+"""
+from __future__ import annotations
+
+import torch
+
+from xvocab.errors import ConfigError
+from xvocab.pair import output_vocab
+
+LOST = 0.0  # the logit of every id at a position off the recorded text: a uniform row, never read as a choice
+
+
+class ReplayMismatch(AssertionError):
+    """A replay emitted other tokens than the recording it replays."""
+
+
+class ReplayTarget(torch.nn.Module):
+    """A target whose greedy choice after `prompt_ids + continuation[:i]` is `continuation[i]`.
+
+    `like`: the real target (its config, generation config and head width are copied; its weights are not read,
+    and may live on the meta device). The KV cache the engine passes holds the fed ids themselves (one layer,
+    keys = values = ids as floats), so the engine's roll-backs are this model's too and every forward knows the
+    whole sequence it continues.
+    """
+
+    def __init__(self, like, prompt_ids: list[int], continuation: list[int]):
+        super().__init__()
+        self.config = like.config
+        self.generation_config = getattr(like, "generation_config", None)
+        self.vocab = output_vocab(like)
+        self.head = _Head(self.vocab)
+        self.expected = list(prompt_ids) + list(continuation)
+        self.prompt_len = len(prompt_ids)
+
+    def get_output_embeddings(self):
+        return self.head
+
+    def get_input_embeddings(self):
+        return self.head
+
+    def forward(self, input_ids: torch.Tensor, cache, use_cache: bool = True, logits_to_keep: int = 1):
+        # input_ids [1, n] (the new ids); returns logits [1, logits_to_keep, V] after the last logits_to_keep ids
+        if input_ids.shape[0] != 1:
+            raise ConfigError("ReplayTarget replays one sequence: decode it with batch size 1")
+        ids = input_ids.float()[:, None, :, None]                                  # [1, 1, n, 1]
+        held, _ = cache.update(ids, ids, 0)                                         # [1, 1, T, 1] all fed ids
+        seq = held[0, 0, :, 0].long().tolist()
+        on = next((i for i, (a, b) in enumerate(zip(seq, self.expected)) if a != b), min(len(seq), len(self.expected)))
+        rows = torch.full((logits_to_keep, self.vocab), LOST)
+        for r, n in enumerate(range(len(seq) - logits_to_keep + 1, len(seq) + 1)):  # the row after seq[:n]
+            if n <= on and self.prompt_len <= n < len(self.expected):
+                rows[r, self.expected[n]] = 1.0
+        return _Out(rows[None])
+
+
+class _Head(torch.nn.Module):
+    """What the engine reads of a head: the shape of its weight ([V, 0]: no weights) and its device."""
+
+    def __init__(self, vocab: int):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.empty(vocab, 0), requires_grad=False)
+
+
+class _Out:
+    def __init__(self, logits: torch.Tensor):
+        self.logits = logits
+
+
+def replay(prompt: str, continuation: list[int], *, like, target_tokenizer, draft, draft_tokenizer,
+           algorithm: str, k: int, max_new_tokens: int, stop=None, draft_encoding: str | None = None,
+           draft_confidence: float = 0.0):
+    """The engine's Output for greedy `algorithm` with `draft` against `like`'s recorded greedy `continuation`
+    of `prompt` (target ids, as a recorded run's token_ids; decoded with the same `max_new_tokens` and `stop`
+    the recording was made with). Raises ReplayMismatch if the output is not `continuation`."""
+    from xvocab.engine import generate
+    from xvocab.pair import prepare
+
+    t_prompt = prepare(like, target_tokenizer).target_prompt(prompt)
+    target = ReplayTarget(like, t_prompt, continuation)
+    out = generate(prompt, target=target, target_tokenizer=target_tokenizer, draft=draft,
+                   draft_tokenizer=draft_tokenizer, algorithm=algorithm, k=k, max_new_tokens=max_new_tokens,
+                   temperature=0.0, stop=stop, draft_encoding=draft_encoding, draft_confidence=draft_confidence,
+                   cache="dynamic")
+    if list(out.token_ids) != list(continuation):
+        n = next((i for i, (a, b) in enumerate(zip(out.token_ids, continuation)) if a != b),
+                 min(len(out.token_ids), len(continuation)))
+        raise ReplayMismatch(f"the replay emitted {len(out.token_ids)} tokens that leave the recording's "
+                             f"{len(continuation)} at token {n}: replay with the max_new_tokens and stop strings the "
+                             f"recording was made with (its record's config), or the engine lost the recording")
+    return out
