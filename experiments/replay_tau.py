@@ -100,7 +100,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--drafts", nargs="+", required=True, help="zoo drafter names or checkpoint directories")
     parser.add_argument("--algorithms", nargs="+", default=["slem"], choices=["slem", "tli", "slrs", "sd"])
     parser.add_argument("--k", type=int, default=defaults.K)
-    parser.add_argument("--limit", type=int, default=None, help="replay only the first LIMIT prompts")
+    parser.add_argument("--skip", type=int, default=0, help="leave out the first SKIP prompts (say, a test split)")
+    parser.add_argument("--limit", type=int, default=None, help="replay at most LIMIT prompts (after --skip)")
     parser.add_argument("--threads", type=int, default=defaults.THREADS)
     parser.add_argument("--out", type=Path, default=None, help="also write the rows here as JSON lines")
     args = parser.parse_args(argv)
@@ -108,7 +109,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     rows = records.read(args.records)
     if not rows:
         raise SystemExit(f"no records in {args.records}")
-    recordings = greedy_recordings(rows)[:args.limit]
+    recordings = greedy_recordings(rows)[args.skip:][:args.limit]
+    if not recordings:
+        raise SystemExit(f"no greedy recordings left in {args.records} after --skip {args.skip}")
     target_name = recordings[0]["config"]["target"]
     like, tt = meta_target(target_name), zoo.tokenizer(target_name) if not target_name.startswith("tiny:") \
         else load_model(target_name, "float32", "cpu", None)[1]

@@ -103,6 +103,8 @@ def test_replay_tau_command_prints_the_measured_tau_beside_its_own(tmp_path, cap
     assert row["replay_tau"] == row["measured_tau"]
     assert json.loads((tmp_path / "replay.jsonl").read_text())["replay_tau"] == row["replay_tau"]
     assert "| slem | tiny:mpt:3 |" in capsys.readouterr().out
+    [last] = replay_tau.main([str(path), "--drafts", draft_spec, "--skip", "1"])  # the second prompt alone
+    assert last["prompts"] == 1 and last["replay_tau"] == round(real[1]["new_tokens"] / real[1]["target_forwards"], 4)
 
 
 def test_replay_tau_refuses_records_without_greedy_rows():
