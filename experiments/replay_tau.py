@@ -8,7 +8,7 @@ RECORDS also holds a real run of the same (algorithm, draft, k), its measured ta
 checkpoints on a target's own text in seconds; time them with `experiments.run` and `experiments.costs`.
 
     python -m experiments.replay_tau results/drafters/current_qwen15/T0/records.jsonl \\
-        --drafts qwen2.5-coder-1.5b-drafter-deepseek-coder-aligned-v3 runs/drafter/out/my-checkpoint \\
+        --drafts qwen2.5-coder-1.5b-drafter-deepseek-coder-aligned-v4 runs/drafter/out/my-checkpoint \\
         --algorithms slem tli --k 4
 
 The target is built on the meta device from its config (no weights are loaded). Prints one row per (algorithm,

@@ -70,7 +70,7 @@ def test_both_eos_end_a_sequence_and_same_family_greedy_is_known_good():
 _RECORDED = [262, 421, 308, 2651, 220, 16, 510, 286, 470, 308, 198, 262, 770, 510, 286, 470]
 # The 1.5B's greedy continuation of PROMPT, recorded once (float32, CPU, transformers 5.24):
 # "    if n <= 1:\n        return n\n    else:\n        return"
-DRAFTER = "qwen2.5-coder-1.5b-drafter-deepseek-coder-aligned-v3"  # shipped; its embedding is v5's (shared)
+DRAFTER = "qwen2.5-coder-1.5b-drafter-deepseek-coder-aligned-v4"  # shipped; its embedding is v5's (shared)
 
 
 def _equals_ar_with(drafts):

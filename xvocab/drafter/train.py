@@ -333,7 +333,9 @@ def _shared_words(extra: dict) -> str:
     if extra["student_config"].get("train_embedding", True):
         return ""
     return (f"\nIts token embedding (and tied head) is `{extra['init_from']}`'s, frozen while training: the checkpoint "
-            f"holds the other weights and loads it from there, checked by sha256 (xvocab.zoo.shared_embedding).")
+            f"holds the other weights and loads the embedding from the drafter that holds it (`xvocab_embedding_from` "
+            f"in config.json: `{extra['init_from']}` or the one it shares it with), checked by sha256 "
+            f"(xvocab.zoo.shared_embedding).")
 
 
 def _writer_words(extra: dict) -> str:
