@@ -96,7 +96,8 @@ def measured_tau(rows: list[dict], algorithm: str, draft: str, k: int, prompt_id
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(prog="python -m experiments.replay_tau", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("records", type=Path, help="a run's records.jsonl (read from records.jsonl.gz where only that is kept) holding greedy rows")
+    parser.add_argument("records", type=Path, help="a run's records.jsonl holding greedy rows (read from "
+                                                    "records.jsonl.gz where only that is kept)")
     parser.add_argument("--drafts", nargs="+", required=True, help="zoo drafter names or checkpoint directories")
     parser.add_argument("--algorithms", nargs="+", default=["slem"], choices=["slem", "tli", "slrs", "sd"])
     parser.add_argument("--k", type=int, default=defaults.K)

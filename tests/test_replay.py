@@ -24,9 +24,11 @@ def _steps(out):
     return out.stats.target_forwards, out.stats.proposed, out.stats.accepted
 
 
-@pytest.mark.parametrize("pair,encoding", [(PAIRS[0], "native"),
-                                           pytest.param(PAIRS[0], "aligned", marks=pytest.mark.slow), (PAIRS[1], "native"),
-                                           (PAIRS[2], "aligned")], ids=lambda x: x if isinstance(x, str) else "<-".join(x))
+CASES = [(PAIRS[0], "native"), pytest.param(PAIRS[0], "aligned", marks=pytest.mark.slow), (PAIRS[1], "native"),
+         (PAIRS[2], "aligned")]
+
+
+@pytest.mark.parametrize("pair,encoding", CASES, ids=lambda x: x if isinstance(x, str) else "<-".join(x))
 def test_replay_makes_the_real_runs_every_step(pairs, pair, encoding):
     """Two drafts per pair: the target's mirror (accepts often) and an unrelated random model (rarely), so both
     long and short acceptances are compared; every step must match, not only the totals."""

@@ -67,7 +67,7 @@ class ReplayTarget(torch.nn.Module):
         # input_ids [1, n] (the new ids); returns logits [1, logits_to_keep, V] after the last logits_to_keep ids
         if input_ids.shape[0] != 1:
             raise ConfigError("ReplayTarget replays one sequence: decode it with batch size 1")
-        ids = input_ids.float()[:, None, :, None]                                  # [1, 1, n, 1]
+        ids = input_ids.float()[:, None, :, None]                # [1, 1, n, 1]; ids below 2**24 are exact in float32
         held, _ = cache.update(ids, ids, 0)                                         # [1, 1, T, 1] all fed ids
         seq = held[0, 0, :, 0].long().tolist()
         on = next((i for i, (a, b) in enumerate(zip(seq, self.expected)) if a != b), min(len(seq), len(self.expected)))
