@@ -49,10 +49,8 @@ def greedy_recordings(rows: list[dict]) -> list[dict]:
 
 
 def meta_target(spec: str):
-    """The target `spec` names with its config, generation config and EOS roles but no weights (meta device);
-    a `tiny:` model is built for real (it is small)."""
-    if spec.startswith("tiny:"):
-        return load_model(spec, "float32", "cpu", None)[0]
+    """The target `spec` (a zoo name, hub id or checkpoint directory) with its config, generation config and EOS
+    roles but no weights (meta device)."""
     from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
     known = spec in zoo.models.MODELS
@@ -114,8 +112,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if not recordings:
         raise SystemExit(f"no greedy recordings left in {args.records} after --skip {args.skip}")
     target_name = recordings[0]["config"]["target"]
-    like, tt = meta_target(target_name), zoo.tokenizer(target_name) if not target_name.startswith("tiny:") \
-        else load_model(target_name, "float32", "cpu", None)[1]
+    if target_name.startswith("tiny:"):  # a tiny random target is built for real (it is small)
+        like, tt = load_model(target_name, "float32", "cpu", None)
+    else:
+        like, tt = meta_target(target_name), zoo.tokenizer(target_name)
     ids = {r["prompt_id"] for r in recordings}
     results = []
     print(f"replaying {len(recordings)} greedy recordings of {target_name} ({args.records}), k = {args.k}")
