@@ -32,8 +32,8 @@ from xvocab.replay import replay
 
 
 def greedy_recordings(rows: list[dict]) -> list[dict]:
-    """One greedy row per (target, dataset, prompt) of `rows`: the ar row where there is one, else the first
-    greedy row. Refuses rows of more than one target or settings (max_new_tokens, stop) that differ per prompt."""
+    """One greedy row per (dataset, prompt) of `rows`: the ar row where there is one, else the first greedy row.
+    Refuses greedy rows of more than one target. Each row is replayed with its own max_new_tokens and stop."""
     greedy = [r for r in rows if r["config"].get("temperature", 0) == 0]
     if not greedy:
         raise ConfigError("no greedy rows (temperature 0) in the records: replay reads a target's greedy text; run "
