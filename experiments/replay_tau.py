@@ -64,9 +64,18 @@ def meta_target(spec: str):
     return zoo.models.with_roles(spec, like, zoo.tokenizer(spec)) if known else like
 
 
+def recorded_target(name: str):
+    """(target, its tokenizer) to replay `name`'s recordings against: a tiny random target is built for real (it is
+    small); any other on the meta device, without weights (meta_target)."""
+    if name.startswith("tiny:"):
+        return load_model(name, "float32", "cpu", None)
+    return meta_target(name), zoo.tokenizer(name)
+
+
 def replay_all(recordings: list[dict], draft, draft_tokenizer, *, like, target_tokenizer, algorithm: str, k: int,
-               desc: str = "replay") -> list[dict]:
-    """One row per recording: {prompt_id, tokens, target_forwards, proposed, accepted} of the replayed run."""
+               desc: str = "replay", draft_encoding: str | None = None) -> list[dict]:
+    """One row per recording: {prompt_id, tokens, target_forwards, proposed, accepted} of the replayed run.
+    `draft_encoding`: as xvocab.generate's (None: what the draft's config says)."""
     prompts = {}
     out = []
     for r in tqdm(recordings, desc=desc, unit="prompt", leave=False):
@@ -75,10 +84,43 @@ def replay_all(recordings: list[dict], draft, draft_tokenizer, *, like, target_t
             prompts[c["dataset"]] = {row["id"]: row["prompt"] for row in datasets.load(c["dataset"], None)}
         o = replay(prompts[c["dataset"]][r["prompt_id"]], r["token_ids"], like=like, target_tokenizer=target_tokenizer,
                    draft=draft, draft_tokenizer=draft_tokenizer, algorithm=algorithm, k=k,
-                   max_new_tokens=c["max_new_tokens"], stop=c.get("stop") or None)
+                   max_new_tokens=c["max_new_tokens"], stop=c.get("stop") or None, draft_encoding=draft_encoding)
         out.append({"prompt_id": r["prompt_id"], "tokens": len(o.token_ids), "target_forwards": o.stats.target_forwards,
                     "proposed": o.stats.proposed, "accepted": o.stats.accepted})
     return out
+
+
+def replay_probe(path: str | Path, *, target: str, draft_tokenizer, draft_encoding: str, algorithms: list[str],
+                 k: int | None = None, skip: int = 0, limit: int | None = None):
+    """A function model -> {replay_tau_<algorithm>: tau} over the greedy recordings of `target` in `path` (after the
+    first `skip` prompts, at most `limit`): the training loop's dev-split measure (student stage, `replay` in
+    conf/train_drafter.yaml). The recordings and the target are read once, here; every call replays them with the
+    model as it is then. Refused by name: records of another target, or none left after `skip`."""
+    recordings = greedy_recordings(records.read(path))[skip:][:limit]
+    if not recordings:
+        raise ConfigError(f"replay.records: no greedy recordings left in {path} after skip={skip}; lower replay.skip "
+                          f"or name records with more prompts")
+    recorded = recordings[0]["config"]["target"]
+    if recorded != target:
+        raise ConfigError(f"replay.records: {path} holds {recorded}'s greedy text, but this drafter is for {target}; "
+                          f"name records of {target} (experiments.run with temperature=0)")
+    for algorithm in algorithms:
+        if algorithm not in ("slem", "tli", "slrs"):
+            raise ConfigError(f"replay.algorithms: {algorithm!r} is not a cross-vocabulary algorithm; choose from "
+                              f"slem, tli, slrs")
+    like, target_tokenizer = recorded_target(target)
+    k = defaults.K if k is None else k
+
+    def probe(model) -> dict:
+        out = {}
+        for algorithm in algorithms:
+            per = replay_all(recordings, model, draft_tokenizer, like=like, target_tokenizer=target_tokenizer,
+                             algorithm=algorithm, k=k, desc=f"replay {algorithm}", draft_encoding=draft_encoding)
+            out[f"replay_tau_{algorithm}"] = round(sum(p["tokens"] for p in per)
+                                                   / sum(p["target_forwards"] for p in per), 4)
+        return out
+
+    return probe
 
 
 def measured_tau(rows: list[dict], algorithm: str, draft: str, k: int, prompt_ids: set[str]) -> float | None:
@@ -112,10 +154,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if not recordings:
         raise SystemExit(f"no greedy recordings left in {args.records} after --skip {args.skip}")
     target_name = recordings[0]["config"]["target"]
-    if target_name.startswith("tiny:"):  # a tiny random target is built for real (it is small)
-        like, tt = load_model(target_name, "float32", "cpu", None)
-    else:
-        like, tt = meta_target(target_name), zoo.tokenizer(target_name)
+    like, tt = recorded_target(target_name)
     ids = {r["prompt_id"] for r in recordings}
     results = []
     print(f"replaying {len(recordings)} greedy recordings of {target_name} ({args.records}), k = {args.k}")

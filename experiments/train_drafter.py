@@ -120,9 +120,19 @@ def score_stage(cfg: DictConfig, device: str) -> Path:
 
 
 def student_stage(cfg: DictConfig, device: str, command: str) -> Path:
+    """Train the student; with replay.records, its replayed greedy tau on those recordings is logged at every
+    evaluation (experiments.replay_tau.replay_probe)."""
     from xvocab.drafter.train import run_student_stage
 
-    return run_student_stage(cfg, device, command, load_tokenizer(cfg.target))
+    probe = None
+    if cfg.get("replay") and cfg.replay.records:
+        from experiments.replay_tau import replay_probe
+
+        r = cfg.replay
+        probe = replay_probe(r.records, target=cfg.target, draft_tokenizer=zoo.tokenizer(cfg.draft_tokenizer),
+                             draft_encoding=cfg.student.encoding, algorithms=list(r.algorithms), k=r.k, skip=r.skip,
+                             limit=r.limit)
+    return run_student_stage(cfg, device, command, load_tokenizer(cfg.target), probe=probe)
 
 
 @hydra.main(version_base=None, config_path=CONF, config_name="train_drafter")

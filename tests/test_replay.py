@@ -113,3 +113,76 @@ def test_replay_tau_refuses_records_without_greedy_rows():
     rows = [{"config": {"target": "t", "temperature": 1.0, "algorithm": "ar", "dataset": "tiny"}, "prompt_id": "a"}]
     with pytest.raises(replay_tau.ConfigError, match="no greedy rows"):
         replay_tau.greedy_recordings(rows)
+
+
+def _greedy_records(path, target_spec: str, n: int = N, **draft) -> list:
+    """Write `target_spec`'s greedy records over the tiny dataset's prompts to `path` (the runner's fields replay
+    reads): ar's, or with `draft` (draft=, draft_tokenizer=, algorithm=, k=) a speculative run's; returns the rows."""
+    target, tt = replay_tau.load_model(target_spec, "float32", "cpu", None)
+    kw = dict(draft, algorithm=draft.get("algorithm", "ar"))
+    rows = []
+    for i, prompt in enumerate(r["prompt"] for r in replay_tau.datasets.load("tiny", None)):
+        out = generate(prompt, target=target, target_tokenizer=tt, max_new_tokens=n, **kw)
+        rows.append({"config": {"target": target_spec, "draft": None, "algorithm": kw["algorithm"],
+                                "k": kw.get("k", 0), "dataset": "tiny", "temperature": 0.0, "max_new_tokens": n,
+                                "stop": None},
+                     "prompt_id": f"tiny/{i}", "prompt_index": i, "token_ids": out.token_ids,
+                     "new_tokens": len(out.token_ids), "target_forwards": out.stats.target_forwards})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return rows
+
+
+def test_replay_probe_gives_a_real_runs_measured_tau(pairs, tmp_path):
+    """The training loop's probe (replay_tau.replay_probe) over ar's records gives the tau a real slem run measures
+    with the same draft (here the target's mirror over another tokenizer, tau well above 1); the control, an
+    unrelated random draft, gets less. Records of another target, an algorithm it cannot replay and a skip past
+    every prompt are refused by name."""
+    target, tt, mirror, dt = pairs["qwen2", "qwen35"]  # the target is tiny:qwen2:1 (mirrored_pairs' seed)
+    path = tmp_path / "records.jsonl"
+    _greedy_records(path, "tiny:qwen2:1")
+    real = _greedy_records(tmp_path / "real.jsonl", "tiny:qwen2:1", draft=mirror, draft_tokenizer=dt,
+                           algorithm="slem", k=4)
+    measured = sum(r["new_tokens"] for r in real) / sum(r["target_forwards"] for r in real)
+    probe = replay_tau.replay_probe(path, target="tiny:qwen2:1", draft_tokenizer=dt, draft_encoding="native",
+                                    algorithms=["slem"], k=4)
+    assert measured > 2 and probe(mirror) == {"replay_tau_slem": round(measured, 4)}
+    assert probe(tiny_model(dt, seed=7))["replay_tau_slem"] < measured - 1
+    kw = dict(draft_tokenizer=dt, draft_encoding="native", algorithms=["slem"])
+    with pytest.raises(replay_tau.ConfigError, match="holds tiny:qwen2:1's greedy text"):
+        replay_tau.replay_probe(path, target="tiny:qwen2:2", **kw)
+    with pytest.raises(replay_tau.ConfigError, match="'sd' is not a cross-vocabulary"):
+        replay_tau.replay_probe(path, target="tiny:qwen2:1", **dict(kw, algorithms=["sd"]))
+    with pytest.raises(replay_tau.ConfigError, match="after skip=9"):
+        replay_tau.replay_probe(path, target="tiny:qwen2:1", skip=9, **kw)
+
+
+def test_student_stage_logs_the_replayed_tau_of_the_checkpoint_it_saves(tmp_path):
+    """replay.records: the student stage logs replay_tau_<algorithm> at every evaluation; the last values are those
+    experiments.replay_tau gives the saved checkpoint (saved in float32: the same weights), and the model card states
+    them. Records of another target are refused by name before any training. (A 4-step student agrees with nothing,
+    so its tau is 1: that the probe measures tau is test_replay_probe_gives_a_real_runs_measured_tau's to show.)"""
+    import subprocess
+    import sys
+
+    from test_drafter import _train_drafter_command
+
+    root, out, args = _train_drafter_command(tmp_path)
+    records = tmp_path / "records.jsonl"
+    _greedy_records(records, "tiny:llama-spm:3")
+    cmd = [sys.executable, *args, f"replay.records={records}", "replay.algorithms=[slem,tli]", "replay.k=3",
+           "student.save_dtype=float32"]
+    proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log if "replay_tau_slem" in r] == [2, 4]  # eval_every=2 of 4 steps
+    assert all(r["replay_tau_slem"] >= 1 and r["replay_tau_tli"] >= 1 for r in log if "replay_tau_slem" in r)
+    rows = replay_tau.main([str(records), "--drafts", str(out), "--algorithms", "slem", "tli", "--k", "3"])
+    replayed = {r["algorithm"]: r["replay_tau"] for r in rows}
+    assert {"slem": log[-1]["replay_tau_slem"], "tli": log[-1]["replay_tau_tli"]} == replayed
+    training = json.loads((out / "xvocab_training.json").read_text())
+    assert training["final_replay"] == {"replay_tau_slem": replayed["slem"], "replay_tau_tli": replayed["tli"]}
+    assert f"slem {replayed['slem']}, tli {replayed['tli']}" in (out / "README.md").read_text()
+    _greedy_records(records, "tiny:gpt-2", n=4)  # another target's text: refused before a step is taken
+    proc = subprocess.run(cmd + ["name=other", f"out_dir={tmp_path / 'other'}"], cwd=root, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode != 0 and "holds tiny:gpt-2's greedy text" in proc.stderr

@@ -272,6 +272,18 @@ def evaluate_distill(model, docs: list[list[int]], soft: list[dict], *, pad_id: 
     return {**{f"val_{kind}": sums[kind] / max(count, 1) for kind in kinds}, "val_greedy": agree / max(count, 1)}
 
 
+def _probed(model, probe) -> dict:
+    """probe(model) with the model in eval mode ({} without a probe); training mode is restored after."""
+    if probe is None:
+        return {}
+    was_training = model.training
+    model.eval()
+    try:
+        return probe(model)
+    finally:
+        model.train(was_training)
+
+
 def _save_checkpoint(path: Path, model, optimizer, progress: dict) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), **progress}, tmp)
@@ -284,7 +296,7 @@ def train_student(model, teacher_docs: list[list[int]], raw_docs: list[list[int]
                   pad_id: int, autocast: bool, micro_batches: int = 1, time_budget_s: float | None = None,
                   teacher_soft: list[dict | None] | None = None, holdout_soft: list[dict | None] | None = None,
                   distill: Distill = Distill(), log_start: bool = False, next_token: str = "text",
-                  stop_at: int | None = None) -> tuple[object, dict]:
+                  stop_at: int | None = None, probe=None) -> tuple[object, dict]:
     """Train `model` in place up to `steps`, resuming from `work_dir/checkpoint.pt`.
 
     Returns (model, progress) with progress = {step, tokens, seconds}, totals over every session.
@@ -298,6 +310,8 @@ def train_student(model, teacher_docs: list[list[int]], raw_docs: list[list[int]
     `stop_at`: stop (checkpointed, resumable) after this step while the learning rate keeps the schedule planned
     for `steps`; a run stopped by `time_budget_s` at step s is redone exactly by stop_at=s (batches depend on
     the step alone).
+    `probe`: a function model -> {name: value} run at each evaluation (the model in eval mode) and logged with it,
+    say the replayed greedy tau on a dev split (experiments.replay_tau.replay_probe); it must not change the model.
     """
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -322,7 +336,8 @@ def train_student(model, teacher_docs: list[list[int]], raw_docs: list[list[int]
                  **({k: round(v, 4) for k, v in evaluate_distill(model, holdout, holdout_soft, pad_id=pad_id,
                                                                  batch_size=batch_size, autocast=autocast,
                                                                  inside=distill.inside).items()}
-                    if holdout_soft is not None else {})}
+                    if holdout_soft is not None else {}),
+                 **_probed(model, probe)}
         with open(log_path, "a", encoding="utf-8") as log:
             log.write(json.dumps(first) + "\n")
     model.train()
@@ -354,6 +369,7 @@ def train_student(model, teacher_docs: list[list[int]], raw_docs: list[list[int]
                     entry.update({k: round(v, 4) for k, v in evaluate_distill(
                         model, holdout, holdout_soft, pad_id=pad_id, batch_size=batch_size, autocast=autocast,
                         inside=distill.inside).items()})
+                entry.update(_probed(model, probe))
             log.write(json.dumps(entry) + "\n")
             log.flush()
             bar.set_postfix(loss=f"{entry['loss']:.3f}", tok_s=f"{entry['tokens_per_s']:.0f}")

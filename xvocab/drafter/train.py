@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from xvocab import records, zoo
+from xvocab import defaults, records, zoo
 from xvocab.alignment.aligned import AlignedCodec, draft_codec, model_encoding
 from xvocab.alignment.intersection import intersection
 from xvocab.drafter.distill import KINDS, document, first_piece_map
@@ -69,9 +69,11 @@ def loss_figure(rows: list[dict], out_path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
+def run_student_stage(cfg, device: str, command: str, target_tokenizer, probe=None) -> Path:
     """Train (or resume) the student `cfg` describes and save it at cfg.out_dir; `command` is recorded.
-    `target_tokenizer` (cfg.target's) sets the cuts of the training text when student.encoding is aligned."""
+    `target_tokenizer` (cfg.target's) sets the cuts of the training text when student.encoding is aligned.
+    `probe`: run at each evaluation and logged (xvocab.drafter.student.train_student); the last replay_* values it
+    logged (experiments.replay_tau.replay_probe) are recorded with the checkpoint as `final_replay`."""
     s = cfg.student
     settings = _plain(s)  # what the run records and a resume compares (JSON: lists, not ListConfig)
     teacher_dir = Path(cfg.teacher.dir)
@@ -177,7 +179,7 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
                                     eval_every=s.eval_every, seed=cfg.seed, pad_id=pad_id, autocast=autocast,
                                     micro_batches=s.micro_batches, time_budget_s=s.time_budget_s, stop_at=s.stop_at,
                                     teacher_soft=train_soft, holdout_soft=holdout_soft, distill=distill,
-                                    log_start=bool(s.init_from), next_token=next_token)
+                                    log_start=bool(s.init_from), next_token=next_token, probe=probe)
     log = records.read(work / "train_log.jsonl")  # complete lines only: a kill can cut the last one
     val = [r["val_loss"] for r in log if "val_loss" in r]
     extra = {"target": cfg.target, "draft_tokenizer": cfg.draft_tokenizer, "shape": shape_of(model),
@@ -192,8 +194,10 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer) -> Path:
              "final_val_tv": next((r["val_tv"] for r in reversed(log) if "val_tv" in r), None),
              "final_val_tli": next((r["val_tli"] for r in reversed(log) if "val_tli" in r), None),
              "final_val_greedy": next((r["val_greedy"] for r in reversed(log) if "val_greedy" in r), None),
+             "final_replay": next(({k: v for k, v in r.items() if k.startswith("replay_")} for r in reversed(log)
+                                  if any(k.startswith("replay_") for k in r)), None),
              "device": device, "python": platform.python_version(), "torch": torch.__version__,
-             "command": command}
+             "replay": _replay_settings(cfg) if probe is not None else None, "command": command}
     loss_figure(log, work / "loss.png", cfg.name)
     (work / "README.md").write_text(model_card(cfg.name, extra))
     return save_student(model, tokenizer, cfg.out_dir, tokenizer_name=cfg.draft_tokenizer, dtype=s.save_dtype,
@@ -319,13 +323,31 @@ vocabulary of the `{extra['draft_tokenizer']}` tokenizer (tied embeddings). Not 
 learned that text written in its own vocabulary, {_ENCODING_WORDS[extra['student_config'].get('encoding', 'native')]},
 mixed with raw standard-library source
 (share {extra['student_config']['raw_fraction']}), for {extra['step']} steps ({extra['tokens']:,} tokens,
-{extra['seconds'] / 60:.0f} min on {extra['device']}). Held-out teacher text loss: {extra['final_val_loss']}.
+{extra['seconds'] / 60:.0f} min on {extra['device']}). Held-out teacher text loss: {extra['final_val_loss']}.{_replay_words(extra)}
 
 Reproduce: `{extra['command']}` (settings in conf/train_drafter.yaml; `xvocab_training.json` has them all).
 Use: `xvocab.load_pair("{extra['target']}", "{name}")`, or `pair.target={extra['target']} pair.draft={name}` in
 experiments.{_shared_words(extra)}
 Loss curve: `loss.png`; per-step log: `train_log.jsonl`.
 """
+
+
+def _replay_settings(cfg) -> dict | None:
+    """cfg.replay as recorded with a checkpoint (its draft length resolved), or None where it names no records."""
+    replay = cfg.get("replay")
+    if not replay or not replay.get("records"):
+        return None
+    return dict(_plain(replay), k=replay.k if replay.k is not None else defaults.K)
+
+
+def _replay_words(extra: dict) -> str:
+    """The dev split's replayed greedy tau, where the run measured it (conf/train_drafter.yaml: replay)."""
+    final, replay = extra.get("final_replay"), extra.get("replay")
+    if not final or not replay:
+        return ""
+    taus = ", ".join(f"{k.removeprefix('replay_tau_')} {v}" for k, v in final.items())
+    return (f"\nGreedy tau replayed on `{replay['records']}` (prompts after the first {replay['skip']}, k = "
+            f"{replay['k']}): {taus}.")
 
 
 def _shared_words(extra: dict) -> str:
