@@ -108,12 +108,18 @@ def point(cfg: dict, algorithm: str) -> dict:
             **({"kernels": "packed"} if packed_linear.applies(resolve_device(cfg["device"]), cfg["dtype"]) else {})}
 
 
+def prompt_seed(seed: int, index: int) -> int:
+    """The seed prompt `index` of a run with config seed `seed` decodes with (each prompt its own stream; a record
+    keeps `seed` and `prompt_index`, from which a replay rebuilds it: experiments.replay_tau)."""
+    return seed + index
+
+
 def _generate(row, index, cfg, algorithm, models):
     target, tt, draft, dt = models
     return xvocab.generate(row["prompt"], target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt,
                            algorithm=algorithm, k=cfg["k"], max_new_tokens=cfg["max_new_tokens"],
                            temperature=cfg["temperature"], top_k=cfg["top_k"], top_p=cfg["top_p"],
-                           seed=cfg["seed"] + index, draft_confidence=cfg["draft_confidence"],
+                           seed=prompt_seed(cfg["seed"], index), draft_confidence=cfg["draft_confidence"],
                            draft_encoding=None if algorithm == "ar" else cfg.get("draft_encoding"), cache=cfg["cache"],
                            draft_temperature=cfg["draft_temperature"], coupling=cfg["coupling"],
                            stop=stop_strings(cfg))
@@ -250,7 +256,8 @@ def _run_batches(todo: list, cfg: dict, conf: dict, algorithm: str, models, path
     xvocab.generate_batch([row["prompt"] for _, row in todo], target=target, target_tokenizer=tt,
                           draft=draft, draft_tokenizer=dt, algorithm=algorithm, k=cfg["k"],
                           max_new_tokens=cfg["max_new_tokens"], temperature=cfg["temperature"],
-                          top_k=cfg["top_k"], top_p=cfg["top_p"], seed=[cfg["seed"] + index for index, _ in todo],
+                          top_k=cfg["top_k"], top_p=cfg["top_p"],
+                          seed=[prompt_seed(cfg["seed"], index) for index, _ in todo],
                           draft_confidence=cfg["draft_confidence"],
                           draft_encoding=None if algorithm == "ar" else cfg.get("draft_encoding"),
                           policy=policy, graphs=cfg["cache"] == "graph", draft_temperature=cfg["draft_temperature"],

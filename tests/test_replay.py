@@ -44,6 +44,26 @@ def test_replay_makes_the_real_runs_every_step(pairs, pair, encoding):
                 assert _steps(out) == _steps(real), (algorithm, prompt)
 
 
+@pytest.mark.parametrize("pair", [PAIRS[0], PAIRS[2]], ids="<-".join)
+def test_coupled_sampling_replays_the_real_runs_every_step(pairs, pair):
+    """At T = 1 with coupling="gumbel", slem's verification is an exact match against the target's race on the
+    tape: a replay of the coupled samples makes the real run's every step, at the draft's own temperature and at
+    a colder one, for two seeds. Control: the replay with another seed (other noise) still emits the recording,
+    but its steps differ; tli at T > 0 is refused (it reads the target's distribution)."""
+    target, tt, mirror, dt = pairs[pair]
+    for draft_temperature in (None, 0.5):
+        for seed in (0, 3):
+            kw = dict(draft=mirror, draft_tokenizer=dt, algorithm="slem", k=3, max_new_tokens=N, temperature=1.0,
+                      seed=seed, coupling="gumbel", draft_temperature=draft_temperature)
+            real = generate(PROMPTS[0], target=target, target_tokenizer=tt, **kw)
+            out = replay(PROMPTS[0], real.token_ids, like=target, target_tokenizer=tt, **kw)
+            assert out.token_ids == real.token_ids and _steps(out) == _steps(real), (draft_temperature, seed)
+    other = replay(PROMPTS[0], real.token_ids, like=target, target_tokenizer=tt, **dict(kw, seed=seed + 1))
+    assert other.token_ids == real.token_ids and _steps(other) != _steps(real)
+    with pytest.raises(replay_tau.ConfigError, match="coupling='gumbel'"):
+        replay(PROMPTS[0], real.token_ids, like=target, target_tokenizer=tt, **dict(kw, algorithm="tli"))
+
+
 def test_replay_with_stop_strings_keeps_tau(pairs):
     """A recording that ends at a stop string: the same tokens and target forwards (the last step's acceptance
     past the stop is not in the recording, so only it may differ)."""
@@ -112,7 +132,7 @@ def test_replay_tau_command_prints_the_measured_tau_beside_its_own(tmp_path, cap
 def test_replay_tau_refuses_records_without_greedy_rows():
     rows = [{"config": {"target": "t", "temperature": 1.0, "algorithm": "ar", "dataset": "tiny"}, "prompt_id": "a"}]
     with pytest.raises(replay_tau.ConfigError, match="no greedy rows"):
-        replay_tau.greedy_recordings(rows)
+        replay_tau.exact_recordings(rows)
 
 
 def _greedy_records(path, target_spec: str, n: int = N, **draft) -> list:
@@ -130,6 +150,33 @@ def _greedy_records(path, target_spec: str, n: int = N, **draft) -> list:
                      "new_tokens": len(out.token_ids), "target_forwards": out.stats.target_forwards})
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return rows
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_replay_tau_gives_the_tau_the_runner_measured(tmp_path, temperature):
+    """End to end through the runner (experiments.run's interleaved variants, prompt i seeded seed + i): greedy, the
+    replay of ar's text gives slem's and tli's measured tau; at T = 1 the replay of coupled ar's samples gives
+    coupled slem's at its draft temperature, and a colder draft another tau (the option is read); tli there is
+    refused by name."""
+    from test_experiments import _cfg
+
+    from experiments.runner import run
+
+    cfg = _cfg(tmp_path, temperature=temperature)
+    cfg.pop("hydra", None)
+    drafting = ["slem", "tli"] if temperature == 0 else ["slem coupling=gumbel draft_temperature=0.5"]
+    cfg.update(max_new_tokens=N, variants=["ar" if temperature == 0 else "ar coupling=gumbel", *drafting])
+    path = run(cfg)
+    args = [str(path), "--drafts", "mirror:refact", "--temperature", str(temperature)]
+    if temperature == 0:
+        rows = replay_tau.main(args + ["--algorithms", "slem", "tli"])
+    else:
+        rows = replay_tau.main(args + ["--draft-temperature", "0.5"])
+        [cold] = replay_tau.main(args + ["--draft-temperature", "0.05"])
+        assert cold["measured_tau"] is None and cold["replay_tau"] != rows[0]["replay_tau"]
+        with pytest.raises(SystemExit, match="slem only"):
+            replay_tau.main(args + ["--algorithms", "tli"])
+    assert all(r["replay_tau"] == r["measured_tau"] and r["replay_tau"] > 1.2 for r in rows), rows
 
 
 def test_replay_probe_gives_a_real_runs_measured_tau(pairs, tmp_path):
@@ -182,7 +229,8 @@ def test_student_stage_logs_the_replayed_tau_of_the_checkpoint_it_saves(tmp_path
     training = json.loads((out / "xvocab_training.json").read_text())
     assert training["final_replay"] == {"replay_tau_slem": replayed["slem"], "replay_tau_tli": replayed["tli"]}
     assert f"slem {replayed['slem']}, tli {replayed['tli']}" in (out / "README.md").read_text()
-    _greedy_records(records, "tiny:gpt-2", n=4)  # another target's text: refused before a step is taken
-    proc = subprocess.run(cmd + ["name=other", f"out_dir={tmp_path / 'other'}"], cwd=root, capture_output=True,
-                          text=True, timeout=600)
+    other = tmp_path / "other.jsonl"
+    _greedy_records(other, "tiny:gpt-2", n=4)  # another target's text: refused before a step is taken
+    proc = subprocess.run(cmd + ["name=other", f"out_dir={tmp_path / 'other'}", f"replay.records={other}"], cwd=root,
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode != 0 and "holds tiny:gpt-2's greedy text" in proc.stderr

@@ -1,4 +1,5 @@
-"""Replay a recorded greedy continuation as the target: a drafter's exact greedy acceptance without the target.
+"""Replay a recorded continuation as the target: a drafter's exact acceptance (greedy, or coupled sampling) without
+the target.
 
 What: `ReplayTarget` stands in for a target model whose greedy continuation of one prompt is known (a recorded
 `ar` run, or any greedy run: they are all ar's tokens). Its logits after `prompt + continuation[:i]` put all
@@ -15,15 +16,20 @@ measured tau of a real run is reproduced exactly (tests/test_replay.py). What it
 target's cost is what `xvocab.cost` measures.
 
 Invariant: positions off the recorded text (after a rejected proposal token, or past the recording's end) are
-never read as the target's choice by greedy verification, so their rows (uniform) cannot change what is
-emitted. What the replay cannot check is that the recording is the target's greedy text: it replays any text
-it is given (records name their target and temperature; `experiments.replay_tau` reads only greedy rows of
-one target). A replay whose output is not the recording raises ReplayMismatch: the recording ends where this
+never read as the target's choice by greedy (or coupled exact-match) verification, so their rows (uniform)
+cannot change what is emitted. What the replay cannot check is that the recording is the target's greedy (or
+coupled) text: it replays any text it is given (records name their target and sampling; `experiments.replay_tau`
+reads only exact-match rows of one target at one temperature). A replay whose output is not the recording raises ReplayMismatch: the recording ends where this
 engine would not end it (other max_new_tokens or stop strings), or the engine lost it. The one step a replay
 may count differently is the last of a recording ended by a stop string: a real target's choices past the stop
 are not recorded, so proposal tokens there count as rejected (tau and the output are unaffected).
 
-Not for sampling (temperature > 0): the target's distribution there is not in a greedy recording.
+Sampling (temperature > 0) replays only where verification is an exact match on shared noise: coupled slem (and
+coupled ar) with coupling="gumbel" (xvocab.coupling). There the target's sample at each position is a race on
+the tape's noise for that position, a function of the seed and the prefix; a coupled run's recording holds those
+samples, and the replayed target puts all its mass on them (one-hot rows), so its race returns the recorded token
+for any noise while the draft races on the same tape as in the real run. The rejection-sampling algorithms (tli,
+slrs, sd) read the target's whole distribution, which no recording holds: refused.
 """
 from __future__ import annotations
 
@@ -33,6 +39,7 @@ from xvocab.errors import ConfigError
 from xvocab.pair import output_vocab
 
 LOST = 0.0  # the logit of every id at a position off the recorded text: a uniform row, never read as a choice
+OFF = float("-inf")  # the logit of every other id at a position on it: the recorded id has all the mass (p one-hot)
 
 
 class ReplayMismatch(AssertionError):
@@ -74,7 +81,8 @@ class ReplayTarget(torch.nn.Module):
         rows = torch.full((logits_to_keep, self.vocab), LOST)
         for r, n in enumerate(range(len(seq) - logits_to_keep + 1, len(seq) + 1)):  # the row after seq[:n]
             if n <= on and self.prompt_len <= n < len(self.expected):
-                rows[r, self.expected[n]] = 1.0
+                rows[r] = OFF
+                rows[r, self.expected[n]] = 0.0
         return _Out(rows[None])
 
 
@@ -93,19 +101,27 @@ class _Out:
 
 def replay(prompt: str, continuation: list[int], *, like, target_tokenizer, draft, draft_tokenizer,
            algorithm: str, k: int, max_new_tokens: int, stop=None, draft_encoding: str | None = None,
-           draft_confidence: float = 0.0):
-    """The engine's Output for greedy `algorithm` with `draft` against `like`'s recorded greedy `continuation`
-    of `prompt` (target ids, as a recorded run's token_ids; decoded with the same `max_new_tokens` and `stop`
-    the recording was made with). Raises ReplayMismatch if the output is not `continuation`."""
+           draft_confidence: float = 0.0, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
+           seed: int = 0, coupling: str = "none", draft_temperature: float | None = None):
+    """The engine's Output for `algorithm` with `draft` against `like`'s recorded `continuation` of `prompt`
+    (target ids, as a recorded run's token_ids; decoded with the same `max_new_tokens`, `stop` and sampling the
+    recording was made with). At temperature 0 any algorithm; above it only coupled slem or ar (`coupling="gumbel"`
+    and the recording's `seed`, `top_k`, `top_p`; the module docstring says why), at any `draft_temperature`.
+    Raises ReplayMismatch if the output is not `continuation`."""
     from xvocab.engine import generate
     from xvocab.pair import prepare
 
+    if temperature > 0 and (coupling != "gumbel" or algorithm not in ("slem", "ar")):
+        raise ConfigError(f"a replay at temperature {temperature} needs exact-match verification on shared noise: "
+                          f"algorithm slem (or ar) with coupling='gumbel' (got {algorithm}, coupling={coupling!r}); "
+                          f"tli, slrs and sd read the target's distribution, which a recording does not hold")
     t_prompt = prepare(like, target_tokenizer).target_prompt(prompt)
     target = ReplayTarget(like, t_prompt, continuation)
     out = generate(prompt, target=target, target_tokenizer=target_tokenizer, draft=draft,
                    draft_tokenizer=draft_tokenizer, algorithm=algorithm, k=k, max_new_tokens=max_new_tokens,
-                   temperature=0.0, stop=stop, draft_encoding=draft_encoding, draft_confidence=draft_confidence,
-                   cache="dynamic")
+                   temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, coupling=coupling,
+                   draft_temperature=draft_temperature, stop=stop, draft_encoding=draft_encoding,
+                   draft_confidence=draft_confidence, cache="dynamic")
     if list(out.token_ids) != list(continuation):
         n = next((i for i, (a, b) in enumerate(zip(out.token_ids, continuation)) if a != b),
                  min(len(out.token_ids), len(continuation)))
