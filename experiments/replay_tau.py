@@ -107,12 +107,18 @@ def replay_all(recordings: list[dict], draft, draft_tokenizer, *, like, target_t
     return out
 
 
+def totals(per: list[dict]) -> tuple[int, int]:
+    """(tokens, target forwards) over replay_all's rows: their tau is the ratio."""
+    return sum(p["tokens"] for p in per), sum(p["target_forwards"] for p in per)
+
+
 def replay_probe(path: str | Path, *, target: str, draft_tokenizer, draft_encoding: str, algorithms: list[str],
                  k: int | None = None, skip: int = 0, limit: int | None = None):
     """A function model -> {replay_tau_<algorithm>: tau} over the greedy recordings of `target` in `path` (after the
     first `skip` prompts, at most `limit`): the training loop's dev-split measure (student stage, `replay` in
     conf/train_drafter.yaml). The recordings and the target are read once, here; every call replays them with the
-    model as it is then. Refused by name: records of another target, or none left after `skip`."""
+    model as it is then. Its `settings` ({records, skip, limit, algorithms, k}, the draft length resolved) say what
+    it measures. Refused by name: records of another target, or none left after `skip`."""
     recordings = exact_recordings(records.read(path))[skip:][:limit]
     if not recordings:
         raise ConfigError(f"replay.records: no greedy recordings left in {path} after skip={skip}; lower replay.skip "
@@ -133,10 +139,11 @@ def replay_probe(path: str | Path, *, target: str, draft_tokenizer, draft_encodi
         for algorithm in algorithms:
             per = replay_all(recordings, model, draft_tokenizer, like=like, target_tokenizer=target_tokenizer,
                              algorithm=algorithm, k=k, desc=f"replay {algorithm}", draft_encoding=draft_encoding)
-            out[f"replay_tau_{algorithm}"] = round(sum(p["tokens"] for p in per)
-                                                   / sum(p["target_forwards"] for p in per), 4)
+            tokens, forwards = totals(per)
+            out[f"replay_tau_{algorithm}"] = round(tokens / forwards, 4)
         return out
 
+    probe.settings = {"records": str(path), "skip": skip, "limit": limit, "algorithms": list(algorithms), "k": k}
     return probe
 
 
@@ -202,7 +209,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             per = replay_all(recordings, draft, dt, like=like, target_tokenizer=tt, algorithm=algorithm, k=args.k,
                              draft_temperature=args.draft_temperature,
                              desc=f"{algorithm} {Path(name).name}")
-            tokens, forwards = sum(p["tokens"] for p in per), sum(p["target_forwards"] for p in per)
+            tokens, forwards = totals(per)
             real = measured_tau(rows, algorithm, name, args.k, ids, args.temperature, args.draft_temperature)
             row = {"target": target_name, "algorithm": algorithm, "draft": name, "k": args.k,
                    "temperature": args.temperature, "draft_temperature": args.draft_temperature, "prompts": len(per),

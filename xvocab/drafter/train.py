@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from xvocab import defaults, records, zoo
+from xvocab import records, zoo
 from xvocab.alignment.aligned import AlignedCodec, draft_codec, model_encoding
 from xvocab.alignment.intersection import intersection
 from xvocab.drafter.distill import KINDS, document, first_piece_map
@@ -73,7 +73,8 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer, probe=No
     """Train (or resume) the student `cfg` describes and save it at cfg.out_dir; `command` is recorded.
     `target_tokenizer` (cfg.target's) sets the cuts of the training text when student.encoding is aligned.
     `probe`: run at each evaluation and logged (xvocab.drafter.student.train_student); the last replay_* values it
-    logged (experiments.replay_tau.replay_probe) are recorded with the checkpoint as `final_replay`."""
+    logged (experiments.replay_tau.replay_probe) are recorded with the checkpoint as `final_replay`, and its
+    `settings` as `replay`."""
     s = cfg.student
     settings = _plain(s)  # what the run records and a resume compares (JSON: lists, not ListConfig)
     teacher_dir = Path(cfg.teacher.dir)
@@ -197,7 +198,7 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer, probe=No
              "final_replay": next(({k: v for k, v in r.items() if k.startswith("replay_")} for r in reversed(log)
                                   if any(k.startswith("replay_") for k in r)), None),
              "device": device, "python": platform.python_version(), "torch": torch.__version__,
-             "replay": _replay_settings(cfg) if probe is not None else None, "command": command}
+             "replay": getattr(probe, "settings", None), "command": command}
     loss_figure(log, work / "loss.png", cfg.name)
     (work / "README.md").write_text(model_card(cfg.name, extra))
     return save_student(model, tokenizer, cfg.out_dir, tokenizer_name=cfg.draft_tokenizer, dtype=s.save_dtype,
@@ -330,14 +331,6 @@ Use: `xvocab.load_pair("{extra['target']}", "{name}")`, or `pair.target={extra['
 experiments.{_shared_words(extra)}
 Loss curve: `loss.png`; per-step log: `train_log.jsonl`.
 """
-
-
-def _replay_settings(cfg) -> dict | None:
-    """cfg.replay as recorded with a checkpoint (its draft length resolved), or None where it names no records."""
-    replay = cfg.get("replay")
-    if not replay or not replay.get("records"):
-        return None
-    return dict(_plain(replay), k=replay.k if replay.k is not None else defaults.K)
 
 
 def _replay_words(extra: dict) -> str:
