@@ -33,7 +33,8 @@ def _label(row: dict, machine: bool = False) -> str:
     draft = short_name(row["draft"])
     options = ([f"draft T {row['draft_temperature']:g}"] if row.get("draft_temperature") is not None else []) + \
         (["coupled"] if row.get("coupling") not in (None, "none") else []) + \
-        ([f"k {row['k']}"] if row.get("k") not in (None, 4) else [])
+        ([f"k {row['k']}"] if row.get("k") not in (None, 4) else []) + \
+        ([f"window {row['draft_window']}"] if row.get("draft_window") else [])
     return f"{row['algorithm']} / {draft}" + (f" ({', '.join(options)})" if options else "") + where
 
 

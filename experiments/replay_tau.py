@@ -87,9 +87,9 @@ def recorded_target(name: str):
 
 def replay_all(recordings: list[dict], draft, draft_tokenizer, *, like, target_tokenizer, algorithm: str, k: int,
                desc: str = "replay", draft_encoding: str | None = None,
-               draft_temperature: float | None = None) -> list[dict]:
+               draft_temperature: float | None = None, draft_window: int = 0) -> list[dict]:
     """One row per recording: {prompt_id, tokens, target_forwards, proposed, accepted} of the replayed run, with the
-    recording's sampling. `draft_encoding`, `draft_temperature`: as xvocab.generate's."""
+    recording's sampling. `draft_encoding`, `draft_temperature`, `draft_window`: as xvocab.generate's."""
     prompts = {}
     out = []
     for r in tqdm(recordings, desc=desc, unit="prompt", leave=False):
@@ -101,7 +101,7 @@ def replay_all(recordings: list[dict], draft, draft_tokenizer, *, like, target_t
                    max_new_tokens=c["max_new_tokens"], stop=c.get("stop") or None, draft_encoding=draft_encoding,
                    temperature=c.get("temperature", 0.0), top_k=c.get("top_k", 0), top_p=c.get("top_p", 1.0),
                    seed=prompt_seed(c.get("seed", 0), r["prompt_index"]), coupling=c.get("coupling") or "none",
-                   draft_temperature=draft_temperature)
+                   draft_temperature=draft_temperature, draft_window=draft_window)
         out.append({"prompt_id": r["prompt_id"], "tokens": len(o.token_ids), "target_forwards": o.stats.target_forwards,
                     "proposed": o.stats.proposed, "accepted": o.stats.accepted})
     return out
@@ -148,12 +148,13 @@ def replay_probe(path: str | Path, *, target: str, draft_tokenizer, draft_encodi
 
 
 def measured_tau(rows: list[dict], algorithm: str, draft: str, k: int, prompt_ids: set[str], temperature: float = 0.0,
-                 draft_temperature: float | None = None) -> float | None:
+                 draft_temperature: float | None = None, draft_window: int = 0) -> float | None:
     """tau of the real runs of (algorithm, draft, k) in `rows` over `prompt_ids` at `temperature` (above 0: coupled,
-    drafting at `draft_temperature`), if every one of them was run."""
+    drafting at `draft_temperature`) with the draft reading `draft_window` prompt ids (0: all), if every one of
+    them was run."""
     def same(c: dict) -> bool:
         return (c["algorithm"] == algorithm and c.get("draft") == draft and c.get("k") == k
-                and c.get("temperature", 0) == temperature
+                and c.get("temperature", 0) == temperature and c.get("draft_window", 0) == draft_window
                 and (temperature == 0 or (c.get("coupling") == "gumbel"
                                           and c.get("draft_temperature") == draft_temperature)))
 
@@ -176,6 +177,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                              "slem rows (coupling=gumbel), with slem only")
     parser.add_argument("--draft-temperature", type=float, default=None,
                         help="above temperature 0: the temperature the draft proposes at (default: the target's)")
+    parser.add_argument("--draft-window", type=int, default=defaults.DRAFT_WINDOW,
+                        help="the draft reads only the last DRAFT_WINDOW ids of each prompt (0: all; xvocab.generate)")
     parser.add_argument("--skip", type=int, default=0, help="leave out the first SKIP prompts (say, a test split)")
     parser.add_argument("--limit", type=int, default=None, help="replay at most LIMIT prompts (after --skip)")
     parser.add_argument("--threads", type=int, default=defaults.THREADS)
@@ -207,10 +210,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
             draft, dt = load_model(name, "float32", "cpu", None)
         for algorithm in args.algorithms:
             per = replay_all(recordings, draft, dt, like=like, target_tokenizer=tt, algorithm=algorithm, k=args.k,
-                             draft_temperature=args.draft_temperature,
+                             draft_temperature=args.draft_temperature, draft_window=args.draft_window,
                              desc=f"{algorithm} {Path(name).name}")
             tokens, forwards = totals(per)
-            real = measured_tau(rows, algorithm, name, args.k, ids, args.temperature, args.draft_temperature)
+            real = measured_tau(rows, algorithm, name, args.k, ids, args.temperature, args.draft_temperature,
+                                args.draft_window)
             row = {"target": target_name, "algorithm": algorithm, "draft": name, "k": args.k,
                    "temperature": args.temperature, "draft_temperature": args.draft_temperature, "prompts": len(per),
                    "tokens": tokens, "target_forwards": forwards, "replay_tau": round(tokens / forwards, 4),

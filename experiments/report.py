@@ -32,9 +32,9 @@ from xvocab import records
 from xvocab.cost import speedup_bounds
 
 GROUP = ("target", "draft", "dataset", "temperature", "max_new_tokens", "algorithm", "k", "draft_confidence",
-         "draft_encoding", "cpu", "kernels", "cache", "batch_size", "policy", "draft_temperature", "coupling", "stop")
+         "draft_encoding", "draft_window", "cpu", "kernels", "cache", "batch_size", "policy", "draft_temperature", "coupling", "stop")
 # Fields absent from older records; records made before xvocab.packed_linear ran the stock kernels.
-OPTIONAL = {"draft_confidence": 0.0, "draft_encoding": None, "cpu": None, "kernels": "stock", "cache": "dynamic",
+OPTIONAL = {"draft_confidence": 0.0, "draft_encoding": None, "draft_window": 0, "cpu": None, "kernels": "stock", "cache": "dynamic",
             "batch_size": 1, "policy": False, "draft_temperature": None, "coupling": "none", "stop": ()}
 BASELINE = ("target", "dataset", "temperature", "max_new_tokens", "device", "dtype", "threads", "top_k", "top_p", "cpu",
             "kernels", "cache", "batch_size", "stop")
@@ -42,7 +42,7 @@ COLUMNS = ("target", "draft", "dataset", "temperature", "algorithm", "k", "draft
            "tokens_per_s", "speedup", "tau", "fed_per_token", "acceptance", "per_position", "pass_at_1", "equals_ar")
 COST_COLUMNS = ("c", "v", "bound", "efficiency")
 # What the terminal shows (report.md, .csv and .tex keep every column): a table 120 characters wide.
-COMPACT = ("algorithm", "draft", "temperature", "prompts", "tokens_per_s", "speedup", "tau", "c", "bound", "efficiency",
+COMPACT = ("algorithm", "draft", "draft_window", "temperature", "prompts", "tokens_per_s", "speedup", "tau", "c", "bound", "efficiency",
            "ref_speedup", "equals_ar", "pass_at_1")
 
 
@@ -54,6 +54,8 @@ def add_costs(rows: list[dict], costs: list[dict]) -> bool:
     for r in rows:
         cost = latest.get((r["target"], r["draft"], r["k"], r["cpu"], r["kernels"]))
         if cost is None or r["draft_confidence"]:  # an early draft stop verifies fewer than k + 1: no fixed v
+            continue
+        if r["draft_window"]:  # the draft runs at a shorter context than the target's, which costs records do not hold
             continue
         matched = True
         r["c"], r["v"] = cost["c"], cost["v"]
@@ -126,13 +128,13 @@ def aggregate(recs: list[dict]) -> list[dict]:
         base = ar.get(r["baseline_key"])
         r["speedup"] = r["tokens_per_s"] / base if base else None
     rows.sort(key=lambda r: (str(r["cpu"]), r["target"], r["dataset"], r["temperature"], r["algorithm"] != "ar", str(r["draft"]),
-                             r["algorithm"], r["k"], r["draft_confidence"], str(r["draft_encoding"])))
+                             r["algorithm"], r["k"], r["draft_confidence"], str(r["draft_encoding"]), r["draft_window"]))
     return rows
 
 
 # What makes a reference row the same measurement made elsewhere (the machine and kernels may differ).
 REFERENCE_MATCH = ("target", "draft", "dataset", "temperature", "max_new_tokens", "algorithm", "k", "draft_confidence", "stop",
-                   "draft_encoding")
+                   "draft_encoding", "draft_window")
 REFERENCE_COLUMNS = ("ref_speedup", "ref_tau", "ref_cpu")
 
 
@@ -215,6 +217,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         columns = columns + ("coupling",)
     if any(r["batch_size"] != 1 or r["policy"] for r in rows):
         columns = columns + ("batch_size", "policy", "latency_s")
+    if any(r["draft_window"] for r in rows):  # shown only where a sweep set it
+        at = columns.index("draft_confidence") + 1
+        columns = columns[:at] + ("draft_window",) + columns[at:]
     if any(r["draft_encoding"] for r in rows):  # shown only where a sweep set it (else: each drafter's own)
         at = columns.index("draft_confidence") + 1
         columns = columns[:at] + ("draft_encoding",) + columns[at:]

@@ -96,6 +96,7 @@ def point(cfg: dict, algorithm: str) -> dict:
             # Present only when on, so records made before the option existed keep their hashes.
             **({"draft_confidence": cfg["draft_confidence"]} if cfg["draft_confidence"] and not ar else {}),
             **({"draft_encoding": cfg["draft_encoding"]} if cfg.get("draft_encoding") and not ar else {}),
+            **({"draft_window": cfg["draft_window"]} if cfg.get("draft_window") and not ar else {}),
             **({"draft_temperature": cfg["draft_temperature"]}
                if cfg.get("draft_temperature") is not None and cfg["temperature"] > 0 and not ar else {}),
             **({"coupling": cfg["coupling"]} if cfg.get("coupling", "none") != "none" and cfg["temperature"] > 0
@@ -120,6 +121,7 @@ def _generate(row, index, cfg, algorithm, models):
                            algorithm=algorithm, k=cfg["k"], max_new_tokens=cfg["max_new_tokens"],
                            temperature=cfg["temperature"], top_k=cfg["top_k"], top_p=cfg["top_p"],
                            seed=prompt_seed(cfg["seed"], index), draft_confidence=cfg["draft_confidence"],
+                           draft_window=0 if algorithm == "ar" else cfg["draft_window"],
                            draft_encoding=None if algorithm == "ar" else cfg.get("draft_encoding"), cache=cfg["cache"],
                            draft_temperature=cfg["draft_temperature"], coupling=cfg["coupling"],
                            stop=stop_strings(cfg))
@@ -259,6 +261,7 @@ def _run_batches(todo: list, cfg: dict, conf: dict, algorithm: str, models, path
                           top_k=cfg["top_k"], top_p=cfg["top_p"],
                           seed=[prompt_seed(cfg["seed"], index) for index, _ in todo],
                           draft_confidence=cfg["draft_confidence"],
+                          draft_window=0 if algorithm == "ar" else cfg["draft_window"],
                           draft_encoding=None if algorithm == "ar" else cfg.get("draft_encoding"),
                           policy=policy, graphs=cfg["cache"] == "graph", draft_temperature=cfg["draft_temperature"],
                           batch_size=size, on_finish=on_finish, coupling=cfg["coupling"], stop=stop_strings(cfg))

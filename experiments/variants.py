@@ -29,7 +29,7 @@ from xvocab.errors import ConfigError
 
 # What a variant may set, and how its value is read (the rest is the run's).
 OPTIONS = {"draft": str, "coupling": str, "draft_temperature": float, "draft_confidence": float, "k": int,
-           "cache": str, "draft_encoding": str}
+           "cache": str, "draft_encoding": str, "draft_window": int}
 _KINDS = {int: "an integer", float: "a number", str: "text"}
 
 

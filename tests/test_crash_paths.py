@@ -198,6 +198,8 @@ def test_the_transformers_floor_is_stated_once_in_pyproject():
 @pytest.mark.parametrize("kw, match", [
     (dict(k=2.5), r"k=2\.5 is a float"), (dict(k=True), "k=True is a bool"),
     (dict(max_new_tokens=8.0), "max_new_tokens=8.0 is a float"),
+    (dict(draft_window=-1), "draft_window=-1: pass the number of prompt ids"),
+    (dict(draft_window=2.5), r"draft_window=2\.5 is a float"),
     (dict(prompt=[1, 2, 3]), "prompt is a list"), (dict(target_tokenizer=None), "target_tokenizer is None")])
 def test_bad_input_is_refused_by_name_before_any_model_runs(qwen, kw, match):
     from xvocab.errors import ConfigError

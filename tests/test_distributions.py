@@ -287,6 +287,14 @@ def test_a_colder_or_greedy_draft_changes_no_distribution(cases, alg, case, draf
     assert sampled_pvalue(cases[case], alg, SETTINGS["T1-top_k3"], draft_temperature=draft_temperature) > ALPHA
 
 
+@pytest.mark.parametrize("alg,case", [("slrs", "llama-spm<-gpt-2"),
+                                      pytest.param("sd", "gpt-2+96/+0", marks=pytest.mark.slow),
+                                      pytest.param("tli", "llama-spm<-gpt-2", marks=pytest.mark.slow)])
+def test_a_draft_window_changes_no_distribution(cases, alg, case):
+    """The draft reading only the last id of the prompt (draft_window=1) proposes from other q; still p's law."""
+    assert sampled_pvalue(cases[case], alg, SETTINGS["T1-top_k3"], draft_window=1) > ALPHA
+
+
 def test_sampled_sequences_follow_the_target_whatever_the_policy_chooses(cases):
     """k swinging between 0, short and long drafts round by round (xvocab.policy) changes no distribution."""
     assert sampled_pvalue(cases["llama-spm<-gpt-2"], "tli", SETTINGS["T1-top_k3"], k=4, batch=50,

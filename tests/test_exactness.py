@@ -105,6 +105,42 @@ def test_early_draft_stop_changes_cost_not_output(tiny_pairs, alg):
     assert max(early.stats.proposed) < 6 <= max(full.stats.proposed)
 
 
+LONG_PROMPT = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n"
+
+
+@pytest.mark.parametrize("pair", [("starcoder", "refact"), ("llama-spm", "mistral-v1")], ids=lambda p: f"{p[0]}<-{p[1]}")
+def test_a_draft_window_changes_what_the_draft_reads_not_the_output(tiny_pairs, pair):
+    """draft_window: the draft reads only the last ids of its prompt; every algorithm still emits ar's tokens, on
+    both loops. Control: the window is real (the draft's proposals change; what it is fed: the test below)."""
+    target, tt, draft, dt = tiny_pairs[pair]
+    ref = generate(LONG_PROMPT, target=target, target_tokenizer=tt, algorithm="ar", max_new_tokens=24)
+    moved = 0
+    for alg in CROSS:
+        kw = dict(target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt, algorithm=alg, k=4,
+                  max_new_tokens=24)
+        whole = generate(LONG_PROMPT, **kw)
+        for window in (1, 6):
+            cut = generate(LONG_PROMPT, draft_window=window, **kw)
+            batch = xvocab.generate_batch([LONG_PROMPT, PROMPTS[0]], draft_window=window, **kw)
+            assert cut.token_ids == batch[0].token_ids == whole.token_ids == ref.token_ids, (alg, window)
+            assert cut.stats.proposed == batch[0].stats.proposed and cut.stats.accepted == batch[0].stats.accepted
+            moved += cut.stats.accepted != whole.stats.accepted
+    assert moved  # some proposals differ: the draft conditions on less
+
+
+def test_a_draft_window_keeps_the_special_prefix_and_the_last_ids(tiny_pairs):
+    from xvocab.pair import prepare
+    from xvocab.roles import special_prefix
+
+    target, tt, draft, dt = tiny_pairs["llama-spm", "mistral-v1"]
+    pair = prepare(target, tt, draft, dt, algorithm="slem")
+    whole = pair.draft_prompt(LONG_PROMPT)
+    n = len(special_prefix(dt))
+    assert n >= 1 and len(whole) > n + 5  # a BOS to keep, and a prompt to cut
+    assert pair.draft_prompt(LONG_PROMPT, 5) == whole[:n] + whole[-5:]
+    assert pair.draft_prompt(LONG_PROMPT, 10_000) == pair.draft_prompt(LONG_PROMPT, 0) == whole
+
+
 def test_greedy_pairs_exercise_acceptance(tiny_pairs):
     """The equality above is not trivial: across two vocabularies that are not byte-identical, proposals
     are accepted, re-tokenized and rolled back (qwen2/qwen35 would not do: their byte tables coincide,

@@ -477,6 +477,25 @@ def test_stop_config_resolves_a_dataset_name_or_a_list(tmp_path):
         stop_strings(cfg | {"stop": "cnn_dailymail"})
 
 
+def test_a_draft_window_is_its_own_sweep_point_and_report_row(tmp_path):
+    """draft_window= (a variant option or a config key) keys its records apart from the whole-prompt draft's, only
+    when set (older records keep their hashes), and the report shows it as a row and a column of its own."""
+    from experiments import variants
+    from experiments.runner import point
+
+    cfg = defaults.fill(_cfg(tmp_path))
+    assert "draft_window" not in point(cfg, "slem") and "draft_window" not in point(cfg | {"draft_window": 3}, "ar")
+    assert point(cfg | {"draft_window": 3}, "slem")["draft_window"] == 3
+    assert variants.parse_variant("slem draft_window=3")["draft_window"] == 3
+    run_cfg = _cfg(tmp_path) | {"variants": ["slem", "slem draft_window=1"]}
+    run_cfg.pop("hydra", None)
+    recs = records.read(run.run(run_cfg))
+    assert len(recs) == 6 and len({r["config_hash"] for r in recs}) == 3  # ar, slem, windowed slem x 2 prompts
+    rows = report.aggregate(recs)
+    windowed = [r for r in rows if r["draft_window"]]
+    assert len(windowed) == 1 and windowed[0]["draft_window"] == 1 and windowed[0]["equals_ar"] == 1.0
+
+
 def test_submitit_jobs_side_by_side_neither_repeat_work_nor_duplicate_records(tmp_path):
     """Hydra's submitit launcher (its local executor: the SLURM path without a cluster) runs ar and slem as two
     jobs at once: each writes its own records file, no (config, prompt) is decoded twice (the greedy check of
@@ -517,3 +536,22 @@ def test_claims_exclude_a_live_holder_and_take_over_a_dead_one(tmp_path):
     records.append(path, {"config_hash": "h", "prompt_id": "p"}, writer="w1")
     records.append(path, {"config_hash": "h", "prompt_id": "q"})
     assert [r["prompt_id"] for r in records.read(path)] == ["q", "p"]  # the main file, then each writer's
+
+
+def test_the_lossless_sweep_passes_and_fails_when_verification_is_wrong(monkeypatch, capsys):
+    """experiments.lossless_sweep on one pair: no failure with the real engine; with a verifier that accepts every
+    proposal (the control), it reports failures and exits 1."""
+    from experiments import lossless_sweep
+    from xvocab import rounds
+
+    monkeypatch.setattr(lossless_sweep, "PROMPTS", lossless_sweep.PROMPTS[:3])
+    args = ["--families", "gpt-2", "--offsets", "1", "--max-new-tokens", "8"]
+    assert lossless_sweep.main(args) == 0
+    real = rounds.verify_proposal
+
+    def accept_all(logits, proposal, *a, **kw):
+        return len(proposal.ids), real(logits, proposal, *a, **kw)[1]
+
+    monkeypatch.setattr(rounds, "verify_proposal", accept_all)
+    assert lossless_sweep.main(args) == 1
+    assert "FAIL ('gpt-2', 'llama-bpe'" in capsys.readouterr().out

@@ -44,6 +44,21 @@ def test_replay_makes_the_real_runs_every_step(pairs, pair, encoding):
                 assert _steps(out) == _steps(real), (algorithm, prompt)
 
 
+def test_a_draft_window_replays_the_real_runs_every_step(pairs):
+    """draft_window cuts the draft's prompt only: the replayed target reads the whole prompt, as the real one does,
+    so a windowed run's steps are replayed exactly. Control: without the window the steps differ."""
+    target, tt, mirror, dt = pairs[PAIRS[2]]
+    prompt = "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n"
+    moved = 0
+    for algorithm in ("slem", "tli"):
+        kw = dict(draft=mirror, draft_tokenizer=dt, algorithm=algorithm, k=3, max_new_tokens=N)
+        real = generate(prompt, target=target, target_tokenizer=tt, draft_window=2, **kw)
+        out = replay(prompt, real.token_ids, like=target, target_tokenizer=tt, draft_window=2, **kw)
+        assert out.token_ids == real.token_ids and _steps(out) == _steps(real), algorithm
+        moved += _steps(replay(prompt, real.token_ids, like=target, target_tokenizer=tt, **kw)) != _steps(real)
+    assert moved
+
+
 @pytest.mark.parametrize("pair", [PAIRS[0], PAIRS[2]], ids="<-".join)
 def test_coupled_sampling_replays_the_real_runs_every_step(pairs, pair):
     """At T = 1 with coupling="gumbel", slem's verification is an exact match against the target's race on the

@@ -79,7 +79,8 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
                    algorithm: str = defaults.ALGORITHM, k: int = defaults.K,
                    max_new_tokens: int = defaults.MAX_NEW_TOKENS, temperature: float = defaults.TEMPERATURE,
                    top_k: int = defaults.TOP_K, top_p: float = defaults.TOP_P, seed: int | list[int] = defaults.SEED,
-                   draft_confidence: float = defaults.DRAFT_CONFIDENCE, draft_encoding: str | None = None,
+                   draft_confidence: float = defaults.DRAFT_CONFIDENCE, draft_window: int = defaults.DRAFT_WINDOW,
+                   draft_encoding: str | None = None,
                    policy=None, graphs: bool = False, draft_temperature: float | None = defaults.DRAFT_TEMPERATURE,
                    batch_size: int | None = None, on_finish=None, coupling: str = defaults.COUPLING,
                    progress: bool = False, stop: str | list[str] | None = None,
@@ -103,7 +104,7 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
         raise ConfigError(f"draft_confidence={draft_confidence} is outside [0, 1]; use 0 to always draft k tokens")
     stop = check_stop(stop)
     for prompt in prompts:
-        rounds.validate(prompt, draft, draft_tokenizer, algorithm, k, max_new_tokens)
+        rounds.validate(prompt, draft, draft_tokenizer, algorithm, k, max_new_tokens, draft_window)
     seeds = [seed + i for i in range(len(prompts))] if isinstance(seed, int) else list(seed)
     if len(seeds) != len(prompts):
         raise ConfigError(f"{len(seeds)} seeds for {len(prompts)} prompts; pass one seed per prompt, or an int")
@@ -129,7 +130,7 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
         draft_generator = (generator if d_device == device
                            else torch.Generator(device=d_device).manual_seed(draft_seed(seeds[i])))
         t_side = Side(None, pair.target_codec, t_prompt)
-        d_side = Side(None, pair.draft_codec, pair.draft_prompt(prompt)) if speculating else t_side
+        d_side = Side(None, pair.draft_codec, pair.draft_prompt(prompt, draft_window)) if speculating else t_side
         ctx = DraftContext(t_side, d_side, rounds.draft_params(params, draft_temperature), draft_generator,
                            pair.same_vocab, pair.tables, draft_confidence,
                            tape=rounds.noise_tape(coupling, algorithm, params, seeds[i], target, device))

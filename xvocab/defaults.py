@@ -15,6 +15,7 @@ TOP_K = 0               # 0: off
 TOP_P = 1.0             # 1: off
 SEED = 0
 DRAFT_CONFIDENCE = 0.0  # > 0: stop a draft after a token the draft gives less probability (0: always k)
+DRAFT_WINDOW = 0        # > 0: the draft reads only the last this many ids of its prompt (0: the whole prompt)
 CACHE = "dynamic"       # where states live: dynamic (the reference) | static (pre-allocated, for CUDA graphs)
 THREADS = 2             # CPU threads experiments pin, so timings compare across runs
 DRAFT_TEMPERATURE = None  # the draft samples at the target's temperature unless told otherwise
@@ -27,7 +28,8 @@ DRAFT = "gemma-3-270m-drafter-deepseek-coder-aligned-v5"
 
 # Run-config keys that mean the library's default when null.
 RUN_KEYS = {"k": K, "max_new_tokens": MAX_NEW_TOKENS, "temperature": TEMPERATURE, "top_k": TOP_K, "top_p": TOP_P,
-            "seed": SEED, "draft_confidence": DRAFT_CONFIDENCE, "draft_temperature": DRAFT_TEMPERATURE,
+            "seed": SEED, "draft_confidence": DRAFT_CONFIDENCE, "draft_window": DRAFT_WINDOW,
+            "draft_temperature": DRAFT_TEMPERATURE,
             "coupling": COUPLING, "threads": THREADS, "cache": CACHE, "batch_size": BATCH_SIZE, "policy": POLICY}
 
 

@@ -36,7 +36,7 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
              algorithm: str = defaults.ALGORITHM, k: int = defaults.K, max_new_tokens: int = defaults.MAX_NEW_TOKENS,
              temperature: float = defaults.TEMPERATURE, top_k: int = defaults.TOP_K, top_p: float = defaults.TOP_P,
              seed: int = defaults.SEED, draft_confidence: float = defaults.DRAFT_CONFIDENCE,
-             draft_encoding: str | None = None, cache: str = defaults.CACHE,
+             draft_window: int = defaults.DRAFT_WINDOW, draft_encoding: str | None = None, cache: str = defaults.CACHE,
              draft_temperature: float | None = defaults.DRAFT_TEMPERATURE, coupling: str = defaults.COUPLING,
              stop: str | list[str] | None = None, decoders=None) -> Output:
     """Continue `prompt` with `target`, drafted by `draft` through `algorithm`; lossless for every algorithm.
@@ -44,6 +44,10 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
     `draft_confidence` > 0 stops a draft early, after a token the draft itself gives less than that
     probability (transformers' assisted generation does this at 0.4): fewer wasted draft forwards on
     hard text. 0 always drafts k tokens, as in the papers. The output distribution is unchanged either way.
+
+    `draft_window` > 0: the draft reads only the last `draft_window` ids of its encoded prompt (after its special
+    prefix), then everything generated. On a long document this bounds the draft's prefill and the cost of its
+    forwards; its proposals change, never the output. 0 (the default) gives the draft the whole prompt.
 
     `draft_encoding` is how the draft side tokenizes text: `native` (its own tokenizer) or `aligned`
     (the target's segmentation written in draft ids, xvocab.alignment.aligned); None takes what the
@@ -81,14 +85,15 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
         return generate_batch([prompt], target=target, target_tokenizer=target_tokenizer, draft=draft,
                               draft_tokenizer=draft_tokenizer, algorithm=algorithm, k=k, max_new_tokens=max_new_tokens,
                               temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-                              draft_confidence=draft_confidence, draft_encoding=draft_encoding, graphs=True,
+                              draft_confidence=draft_confidence, draft_window=draft_window,
+                              draft_encoding=draft_encoding, graphs=True,
                               draft_temperature=draft_temperature, coupling=coupling, stop=stop,
                               decoders=decoders)[0]
     if not 0 <= draft_confidence <= 1:
         raise ConfigError(f"draft_confidence={draft_confidence} is outside [0, 1]; use 0 to always draft k tokens")
     params = SamplingParams(temperature, top_k, top_p)
     stop = check_stop(stop)
-    rounds.validate(prompt, draft, draft_tokenizer, algorithm, k, max_new_tokens)
+    rounds.validate(prompt, draft, draft_tokenizer, algorithm, k, max_new_tokens, draft_window)
     wall0 = time.perf_counter()
     drafting = algorithm != "ar"
     pair = prepare(target, target_tokenizer, draft if drafting else None, draft_tokenizer, algorithm=algorithm,
@@ -101,7 +106,7 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
     # more tokens than the target's (a static cache grows if it must).
     t_side = Side(Decoder(target, cache, len(t_prompt) + max_new_tokens + k), pair.target_codec, t_prompt)
     if drafting:
-        d_prompt = pair.draft_prompt(prompt)
+        d_prompt = pair.draft_prompt(prompt, draft_window)
         d_side = Side(Decoder(draft, cache, len(d_prompt) + 2 * (max_new_tokens + k)), pair.draft_codec, d_prompt)
     else:
         d_side = t_side

@@ -29,7 +29,7 @@ from xvocab.alignment.tables import PairTables, pair_tables, same_vocabulary
 from xvocab.commit import Stop
 from xvocab.errors import ConfigError, VocabularyMismatchError
 from xvocab.kv import context_limit
-from xvocab.roles import eos_ids, prompt_ids
+from xvocab.roles import eos_ids, prompt_ids, special_prefix
 from xvocab.tokens import ByteCodec, codec
 
 
@@ -57,9 +57,17 @@ class Pair:
     def target_prompt(self, prompt: str) -> list[int]:
         return prompt_ids(self.target_tokenizer, prompt)
 
-    def draft_prompt(self, prompt: str) -> list[int]:
+    def draft_prompt(self, prompt: str, window: int = 0) -> list[int]:
+        """The ids the draft starts from: its special prefix, then the prompt, or only the prompt's last `window`
+        ids (0: all). A window bounds what a long document costs the draft (its prefill, and each forward's
+        attention) without changing any output: the draft conditions proposals, the target verifies them, and
+        the continuation the draft follows is synced by text (xvocab.commit), whatever its prompt was."""
         aligned = self.draft_codec if isinstance(self.draft_codec, AlignedCodec) else None
-        return prompt_ids(self.draft_tokenizer, prompt, aligned)
+        ids = prompt_ids(self.draft_tokenizer, prompt, aligned)
+        n_prefix = len(special_prefix(self.draft_tokenizer))
+        if window and len(ids) - n_prefix > window:
+            ids = ids[:n_prefix] + ids[-window:]
+        return ids
 
     def check_context(self, n_prompt: int, max_new_tokens: int) -> None:
         """Refuse a request the target's context cannot hold (before any model runs)."""

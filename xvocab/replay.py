@@ -103,11 +103,12 @@ class _Out:
 def replay(prompt: str, continuation: list[int], *, like, target_tokenizer, draft, draft_tokenizer,
            algorithm: str, k: int, max_new_tokens: int, stop=None, draft_encoding: str | None = None,
            draft_confidence: float = 0.0, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
-           seed: int = 0, coupling: str = "none", draft_temperature: float | None = None):
+           seed: int = 0, coupling: str = "none", draft_temperature: float | None = None, draft_window: int = 0):
     """The engine's Output for `algorithm` with `draft` against `like`'s recorded `continuation` of `prompt`
     (target ids, as a recorded run's token_ids; decoded with the same `max_new_tokens`, `stop` and sampling the
     recording was made with). At temperature 0 any algorithm; above it only coupled slem or ar (`coupling="gumbel"`
     and the recording's `seed`, `top_k`, `top_p`; the module docstring says why), at any `draft_temperature`.
+    `draft_window` (as xvocab.generate's) cuts only the draft's prompt: the replayed target reads all of it.
     Raises ReplayMismatch if the output is not `continuation`."""
     from xvocab.engine import generate
     from xvocab.pair import prepare
@@ -122,7 +123,7 @@ def replay(prompt: str, continuation: list[int], *, like, target_tokenizer, draf
                    draft_tokenizer=draft_tokenizer, algorithm=algorithm, k=k, max_new_tokens=max_new_tokens,
                    temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, coupling=coupling,
                    draft_temperature=draft_temperature, stop=stop, draft_encoding=draft_encoding,
-                   draft_confidence=draft_confidence, cache="dynamic")
+                   draft_confidence=draft_confidence, draft_window=draft_window, cache="dynamic")
     if list(out.token_ids) != list(continuation):
         n = next((i for i, (a, b) in enumerate(zip(out.token_ids, continuation)) if a != b),
                  min(len(out.token_ids), len(continuation)))

@@ -44,7 +44,7 @@ class Output:
     stats: Stats
 
 
-def validate(prompt, draft, draft_tokenizer, algorithm, k, max_new_tokens):
+def validate(prompt, draft, draft_tokenizer, algorithm, k, max_new_tokens, draft_window=0):
     """Refuse a bad request by name, before any model runs. What the tokenizers must be is xvocab.pair.prepare's
     to check (it owns them)."""
     if not isinstance(prompt, str):
@@ -54,13 +54,16 @@ def validate(prompt, draft, draft_tokenizer, algorithm, k, max_new_tokens):
         raise ConfigError("the prompt is empty; pass the text to continue")
     if algorithm not in DRAFTERS:
         raise ConfigError(f"unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
-    for name, value in (("k", k), ("max_new_tokens", max_new_tokens)):
+    for name, value in (("k", k), ("max_new_tokens", max_new_tokens), ("draft_window", draft_window)):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):  # (numpy ints are Integral)
             raise ConfigError(f"{name}={value!r} is a {type(value).__name__}; it counts tokens: pass an int")
     if k < 1:
         raise ConfigError(f"k={k}: the draft length must be at least 1")
     if max_new_tokens < 1:
         raise ConfigError(f"max_new_tokens={max_new_tokens}: must be at least 1")
+    if draft_window < 0:
+        raise ConfigError(f"draft_window={draft_window}: pass the number of prompt ids the draft reads (at least 1), "
+                          f"or 0 for the whole prompt")
     if algorithm == "ar" and (draft is not None or draft_tokenizer is not None):
         raise ConfigError("algorithm 'ar' decodes with the target alone, but a draft was passed; drop draft= and "
                           "draft_tokenizer=, or choose an algorithm that drafts (slem, tli, slrs, sd)")
