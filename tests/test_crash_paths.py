@@ -200,6 +200,7 @@ def test_the_transformers_floor_is_stated_once_in_pyproject():
     (dict(max_new_tokens=8.0), "max_new_tokens=8.0 is a float"),
     (dict(draft_window=-1), "draft_window=-1: pass the number of prompt ids"),
     (dict(draft_window=2.5), r"draft_window=2\.5 is a float"),
+    (dict(draft_window=8), "draft_window=8 cuts the draft's prompt, but algorithm 'ar' has no draft"),
     (dict(prompt=[1, 2, 3]), "prompt is a list"), (dict(target_tokenizer=None), "target_tokenizer is None")])
 def test_bad_input_is_refused_by_name_before_any_model_runs(qwen, kw, match):
     from xvocab.errors import ConfigError

@@ -64,6 +64,9 @@ def validate(prompt, draft, draft_tokenizer, algorithm, k, max_new_tokens, draft
     if draft_window < 0:
         raise ConfigError(f"draft_window={draft_window}: pass the number of prompt ids the draft reads (at least 1), "
                           f"or 0 for the whole prompt")
+    if algorithm == "ar" and draft_window:
+        raise ConfigError(f"draft_window={draft_window} cuts the draft's prompt, but algorithm 'ar' has no draft; drop "
+                          f"draft_window= (or 0), or choose an algorithm that drafts (slem, tli, slrs, sd)")
     if algorithm == "ar" and (draft is not None or draft_tokenizer is not None):
         raise ConfigError("algorithm 'ar' decodes with the target alone, but a draft was passed; drop draft= and "
                           "draft_tokenizer=, or choose an algorithm that drafts (slem, tli, slrs, sd)")
