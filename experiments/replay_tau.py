@@ -216,7 +216,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
             real = measured_tau(rows, algorithm, name, args.k, ids, args.temperature, args.draft_temperature,
                                 args.draft_window)
             row = {"target": target_name, "algorithm": algorithm, "draft": name, "k": args.k,
-                   "temperature": args.temperature, "draft_temperature": args.draft_temperature, "prompts": len(per),
+                   "temperature": args.temperature, "draft_temperature": args.draft_temperature,
+                   "draft_window": args.draft_window, "prompts": len(per),
                    "tokens": tokens, "target_forwards": forwards, "replay_tau": round(tokens / forwards, 4),
                    "measured_tau": None if real is None else round(real, 4), "per_prompt": per}
             results.append(row)

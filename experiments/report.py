@@ -217,12 +217,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
         columns = columns + ("coupling",)
     if any(r["batch_size"] != 1 or r["policy"] for r in rows):
         columns = columns + ("batch_size", "policy", "latency_s")
-    if any(r["draft_window"] for r in rows):  # shown only where a sweep set it
-        at = columns.index("draft_confidence") + 1
-        columns = columns[:at] + ("draft_window",) + columns[at:]
-    if any(r["draft_encoding"] for r in rows):  # shown only where a sweep set it (else: each drafter's own)
-        at = columns.index("draft_confidence") + 1
-        columns = columns[:at] + ("draft_encoding",) + columns[at:]
+    for key in ("draft_window", "draft_encoding"):  # after draft_confidence, only where a sweep set them
+        if any(r[key] for r in rows):
+            at = columns.index("draft_confidence") + 1
+            columns = columns[:at] + (key,) + columns[at:]
     if any(r["cpu"] for r in rows):  # the machine each row was measured on (records made before it say nothing)
         columns = columns + ("cpu", "kernels")
     if args.reference is not None:

@@ -21,9 +21,9 @@ cannot change what is emitted. What the replay cannot check is that the recordin
 coupled) text: it replays any text it is given (records name their target and sampling; `experiments.replay_tau`
 reads only exact-match rows of one target at one temperature). A replay whose output is not the recording raises
 ReplayMismatch: the recording ends where this engine would not end it (other max_new_tokens or stop strings), or
-the engine lost it. The one step a replay
-may count differently is the last of a recording ended by a stop string: a real target's choices past the stop
-are not recorded, so proposal tokens there count as rejected (tau and the output are unaffected).
+the engine lost it. The one step a replay may count differently is the last of a recording ended by a stop string:
+a real target's choices past the stop are not recorded, so proposal tokens there count as rejected (tau and the
+output are unaffected).
 
 Sampling (temperature > 0) replays only where verification is an exact match on shared noise: coupled slem (and
 coupled ar) with coupling="gumbel" (xvocab.coupling). There the target's sample at each position is a race on
