@@ -164,7 +164,8 @@ def run(cfg: dict, writer: str | None = None) -> Path:
         return path
     draft = None if algorithm == "ar" else cfg["pair"]["draft"]
     models = load_pair(cfg["pair"]["target"], draft, cfg["dtype"], device, cfg["pair"]["device_map"])
-    greedy_check = cfg["check_ar"] and cfg["temperature"] == 0 and algorithm != "ar"
+    # Greedy rows, and coupled slem at T > 0, must emit ar's tokens (ar_conf is coupled ar then): checked per prompt.
+    greedy_check = cfg["check_ar"] and records.equals_ar_by_construction(conf)
     ar_models = load_pair(cfg["pair"]["target"], None, cfg["dtype"], device, cfg["pair"]["device_map"])
     for _ in range(cfg["warmup"]):  # untimed: first-call allocations and kernel selection
         _generate(rows[0], 0, {**cfg, "max_new_tokens": min(8, cfg["max_new_tokens"])}, algorithm, models)

@@ -4,7 +4,7 @@ What: a run config with `variants` (a list of "ALGORITHM [KEY=VALUE ...]", KEY o
 another draft model than the pair's) decodes prompt 0 with every variant, then prompt 1, ..., the variants'
 order rotating from one prompt to the next, after one untimed warm-up decode per variant. Every variant's
 records are the ones its own sweep point would write (same config, same hash, same outputs; the record adds
-`schedule: interleaved`; greedy ones `equals_ar`, as a sweep's), so `experiments.report` reads them as it reads
+`schedule: interleaved`; greedy ones, and coupled slem beside coupled ar at T > 0, `equals_ar`, as a sweep's), so `experiments.report` reads them as it reads
 a sweep. A prompt's records are appended once all its variants are done, and a killed run resumes with the
 (variant, prompt) pairs not yet recorded. `ar` is added first when no variant is `ar` (the speedups
 are over it).
@@ -94,8 +94,10 @@ def run_interleaved(cfg: dict, path: Path, *, point, generate, record, load_pair
         generate(rows[0], 0, {**c, "max_new_tokens": min(8, c["max_new_tokens"])}, v["algorithm"], m)
     bar = tqdm(total=sum((key, row["id"]) not in done for _, row in todo for key in keys), unit="decode",
                desc=f"{len(variants)} variants T={cfg['temperature']}")
-    ar_key = keys[next(j for j, v in enumerate(variants) if v["algorithm"] == "ar")] \
-        if cfg["temperature"] == 0 else None
+    # The ar variant whose tokens others must equal: greedy ar, or at T > 0 coupled ar (for coupled slem).
+    ar_key = next((keys[j] for j, c in enumerate(confs) if c["algorithm"] == "ar"
+                   and (cfg["temperature"] == 0 or c.get("coupling") == "gumbel")), None)
+    checked = {key for key, c in zip(keys, confs) if records.equals_ar_by_construction(c)}
     for index, row in todo:
         turn = index % len(variants)  # the rotation follows the prompt, so a resumed run keeps it
         made = {}
@@ -109,7 +111,7 @@ def run_interleaved(cfg: dict, path: Path, *, point, generate, record, load_pair
         # Written once the prompt is done, greedy records with their check against ar's output (as a sweep's).
         ar = made.get(ar_key) or done.get((ar_key, row["id"]))
         for key, rec in made.items():
-            if ar is not None and key != ar_key and cfg["check_ar"]:
+            if ar is not None and key in checked and cfg["check_ar"]:
                 rec["equals_ar"] = rec["token_ids"] == ar["token_ids"]
             records.append(path, rec, writer)
             done[key, row["id"]] = rec

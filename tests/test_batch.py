@@ -121,6 +121,33 @@ def test_fixed_shape_steps_equal_one_decoder_per_row():
             torch.testing.assert_close(got[i], alone[i].step(full, extra), atol=2e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("graphs", [False, True])
+def test_a_row_asking_a_prefix_it_read_gets_its_logits_without_a_forward(graphs):
+    """As Decoder does: a draft re-synced to a prefix it already read (after a rejection, or right after its
+    prompt's prefill) costs no forward, and the logits are those it computed; anything else does."""
+    tok = xvocab.zoo.tokenizer("gemma-4")
+    model = xvocab.zoo.tiny_model(tok, seed=2, sliding_window=6)
+    seqs = [[5, 17, 300, 41, 9], [8, 1200, 77]]
+    batch, alone = BatchDecoder(model, 2, graphs=graphs), [Decoder(model) for _ in seqs]
+    for grow in range(3):  # both rows read one token at a time, as drafts do
+        asks = {i: (s + list(range(60, 60 + grow)), []) for i, s in enumerate(seqs)}
+        got = batch.step(asks)
+        for i, (full, _) in asks.items():
+            torch.testing.assert_close(got[i], alone[i].step(full), atol=2e-4, rtol=1e-4)
+    before = (batch.forwards, batch.tokens_fed, list(batch.row_forwards))
+    got = batch.step({0: (seqs[0] + [60], []), 1: (seqs[1], [])})           # row 0 rolls back 1, row 1 back 2
+    assert (batch.forwards, batch.tokens_fed, list(batch.row_forwards)) == before
+    torch.testing.assert_close(got[0], alone[0].step(seqs[0] + [60]), atol=2e-4, rtol=1e-4)
+    torch.testing.assert_close(got[1], alone[1].step(seqs[1]), atol=2e-4, rtol=1e-4)
+    # Controls: another token after the held prefix, and a row dropped, are fed.
+    got = batch.step({0: (seqs[0] + [61], [])})
+    assert batch.forwards == before[0] + 1
+    torch.testing.assert_close(got[0], alone[0].step(seqs[0] + [61]), atol=2e-4, rtol=1e-4)
+    batch.drop(1)
+    batch.step({1: (seqs[1], [])})
+    assert batch.forwards == before[0] + 2 and batch.row_forwards[1] == before[2][1] + 1
+
+
 @pytest.mark.parametrize("alg", [pytest.param(a, marks=() if a == "slem" else pytest.mark.slow) for a in ALGS])
 def test_the_graph_path_gives_generates_outputs(pairs, alg):
     target, tt, draft, dt = pairs["gemma-4", "gpt-2"]

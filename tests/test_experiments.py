@@ -69,8 +69,11 @@ DEFAULT_RUNS = ("main",)
 def test_every_experiment_runs_as_a_multirun_on_tiny_models(experiment, tmp_path):
     out = tmp_path / "results"
     composed = _compose([f"+experiment={experiment}"])
-    # An experiment of interleaved variants names real drafts: on the tiny pair its variants are the tiny pair's.
-    interleaved = ["variants=[ar,slem,tli]"] if composed.get("variants") else []
+    # An experiment of interleaved variants names real drafts: on the tiny pair its variants are the tiny pair's
+    # (a sampled one's coupled, as its own are, so that its exact rows are checked too).
+    sampled = (composed.get("temperature") or 0) > 0
+    variants = '["ar coupling=gumbel","slem coupling=gumbel",tli]' if sampled else "[ar,slem,tli]"
+    interleaved = ["variants=" + variants] if composed.get("variants") else []
     cmd = [sys.executable, "-m", "experiments.run", "--multirun", f"+experiment={experiment}", "pair=tiny",
            "dataset=tiny", "max_new_tokens=6", "dtype=float32", "device=cpu", "threads=1", "warmup=0",
            f"results_dir={out}", f"hydra.sweep.dir={tmp_path / 'multirun'}", *interleaved]
@@ -81,8 +84,9 @@ def test_every_experiment_runs_as_a_multirun_on_tiny_models(experiment, tmp_path
     algorithms = set(str(sweep["algorithm"]).split(",")) if "algorithm" in sweep else {"ar", "slem", "tli"}
     assert {r["config"]["algorithm"] for r in recs} >= algorithms
     assert {r["prompt_id"] for r in recs} == {"tiny/0", "tiny/1"}
-    greedy = [r for r in recs if r["config"]["temperature"] == 0 and r["config"]["algorithm"] != "ar"]
-    assert greedy and all(r["equals_ar"] for r in greedy)
+    # Greedy rows, and coupled slem's at T > 0, emit ar's tokens (every sweep here has some of either).
+    exact = [r for r in recs if records.equals_ar_by_construction(r["config"])]
+    assert exact and all(r["equals_ar"] for r in exact)
     for r in recs:
         assert r["git_revision"] and r["torch"] and r["config_hash"] == records.config_hash(r["config"])
 
@@ -168,6 +172,29 @@ def _fake(alg, k, tokens, forwards, wall, accepted, proposed, **extra):
     return {"config": config, "config_hash": records.config_hash(config), "prompt_id": "p", "new_tokens": tokens,
             "target_forwards": forwards, "wall_seconds": wall, "ttft_seconds": 0.1, "tpot_seconds": 0.01,
             "accepted_per_step": accepted, "proposed_per_step": proposed, "passed": True, **extra}
+
+
+def test_the_report_checks_coupled_slem_against_coupled_ar_on_the_same_tape():
+    """At T > 0 coupled slem must emit coupled ar's samples (same seed): the report derives equals_ar where a run
+    did not record it, and only against the ar of the same tape; other sampled rows have no reference."""
+    def rec(alg, ids, seed=0, coupling="gumbel", prompt="p"):
+        r = _fake(alg, 0 if alg == "ar" else 4, len(ids), len(ids), 1.0, [0] * len(ids), [0] * len(ids),
+                  token_ids=ids)
+        r["config"] |= {"temperature": 1.0, "seed": seed} | ({"coupling": coupling} if alg != "tli" else {})
+        r["config_hash"], r["prompt_id"] = records.config_hash(r["config"]), prompt
+        return r
+
+    recs = [rec("ar", [5, 6, 7]), rec("ar", [5, 6, 7], prompt="q"), rec("slem", [5, 6, 7]),
+            rec("slem", [5, 6, 8], prompt="q"),                       # control: another sample fails the check
+            rec("ar", [1, 2, 3], seed=1), rec("slem", [1, 2, 3], seed=1),  # another tape: its own reference
+            rec("tli", [9, 9, 9])]
+    rows = {r["algorithm"]: r for r in report.aggregate(recs)}
+    # seed 0: p equal, q not; seed 1: equal to its own tape's ar (against seed 0's it would not be: 1/3)
+    assert rows["slem"]["prompts"] == 3 and rows["slem"]["equals_ar"] == pytest.approx(2 / 3)
+    assert rows["ar"]["equals_ar"] is None and rows["tli"]["equals_ar"] is None
+    assert records.equals_ar_by_construction(recs[2]["config"])
+    assert not records.equals_ar_by_construction(recs[-1]["config"])
+    assert not records.equals_ar_by_construction(recs[2]["config"] | {"coupling": "none"})
 
 
 def test_report_on_a_fixture_of_records(tmp_path):
@@ -450,6 +477,20 @@ def test_variants_run_interleaved_write_sweep_records_and_resume(tmp_path):
         run.run(cfg | {"variants": ["slem", "slem k=4"]})
     with pytest.raises(ConfigError, match="only cache= and coupling="):
         variants.parse_variant("ar draft=smollm2-135m")
+
+
+def test_interleaved_sampled_runs_check_coupled_slem_against_coupled_ar(tmp_path):
+    """At T = 1 the runner records equals_ar for coupled slem (drafting colder than the target: its tokens are
+    still coupled ar's) against the coupled ar variant, and for nothing else; a plain ar variant is no reference."""
+    cfg = _cfg(tmp_path, temperature=1.0)
+    cfg.pop("hydra", None)
+    cfg["variants"] = ["ar coupling=gumbel", "slem coupling=gumbel draft_temperature=0.3", "tli"]
+    recs = records.read(run.run(cfg))
+    checked = sorted((r["config"]["algorithm"], r.get("equals_ar")) for r in recs)
+    assert checked == [("ar", None)] * 2 + [("slem", True)] * 2 + [("tli", None)] * 2
+    plain = records.read(run.run(cfg | {"results_dir": str(tmp_path / "plain"),
+                                        "variants": ["ar", "slem coupling=gumbel"]}))
+    assert not any("equals_ar" in r for r in plain)
 
 
 @pytest.mark.parametrize("experiment", [e for e in EXPERIMENTS if (CONF / "experiment" / f"{e}.yaml").read_text()

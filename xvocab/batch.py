@@ -155,9 +155,9 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
             if d_dec is not None:  # (a draft prompt past the draft's context is left to _draft_round)
                 prefilled = [r for r in admitted
                              if r.drafting and (d_dec.limit is None or len(r.d_side.full()) <= d_dec.limit)]
+                # The decoder keeps each prompt's last logits: the first drafting step reads them without a
+                # forward, so a row's draft forwards count this one as generate counts its first (tested).
                 d_dec.step({r.slot: (r.d_side.full(), []) for r in prefilled})
-                for r in prefilled:  # a forward of the prompt's own, not a drafting step (alone, it rides with
-                    r.fed = (r.fed[0], r.fed[1] + 1, r.fed[2])  # the first one): out of the row's draft forwards
         live = [r for r in rows if r.slot is not None]
         round_start = time.perf_counter()
         k_round = policy.choose(k, len(live)) if policy is not None else k

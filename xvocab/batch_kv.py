@@ -24,7 +24,7 @@ import torch
 
 from xvocab.alignment.translate import common_prefix_length
 from xvocab.host import Upload, device_side
-from xvocab.kv import check_model, checked_sequence, context_limit, grow_cache, text_config
+from xvocab.kv import KEEP_ROWS, check_model, checked_sequence, context_limit, grow_cache, text_config
 from xvocab.packed_linear import packed_linears
 
 
@@ -96,6 +96,11 @@ class BatchDecoder:
         self.window = getattr(config, "sliding_window", None)
         self.eager = getattr(config, "_attn_implementation", "sdpa") == "eager"
         self.ids: list[list[int]] = [[] for _ in range(rows)]
+        # Per row, as Decoder._rows: logits [V] after ids[r][:n] for the recent n a one-row ask returned, so a row
+        # re-synced to a prefix it already read (a draft after a rejection, or right after its prompt's prefill)
+        # is answered without a forward. Only one-row asks are kept (the draft's; the target's verifications ask
+        # k + 1 rows and never ask a held prefix again), each step's gathered into one [b, V] tensor.
+        self._rows: list[dict[int, torch.Tensor]] = [{} for _ in range(rows)]
         self.forwards = 0
         self.tokens_fed = 0       # real positions computed (padding excluded)
         self.row_tokens = [0] * rows    # per row: positions computed for it
@@ -135,8 +140,9 @@ class BatchDecoder:
     @torch.inference_mode()
     def step(self, asks: dict[int, tuple[list[int], list[int]]]) -> dict[int, torch.Tensor]:
         """{row: (full_ids, extra)} -> {row: logits [len(extra) + 1, V]}, in one forward of the asked rows."""
+        held, asks = self._held(asks)
         if not asks:
-            return {}
+            return held
         rows = sorted(asks)
         feeds, starts, wants = [], [], []
         for r in rows:
@@ -145,6 +151,8 @@ class BatchDecoder:
             want = len(extra) + 1
             keep = min(common_prefix_length(self.ids[r], seq), len(seq) - want)
             self.ids[r] = seq
+            for n in [n for n in self._rows[r] if n > keep or n <= len(seq) - KEEP_ROWS]:
+                del self._rows[r][n]  # after tokens this step replaces, or too old to be asked again
             feeds.append(seq[keep:])
             starts.append(keep)
             wants.append(want)
@@ -182,7 +190,23 @@ class BatchDecoder:
                 self.row_tokens[r] += len(f)
                 self.row_forwards[r] += 1
         # Contiguous slices (views): indexing a device tensor with a Python list would upload the list, blocking.
-        return {r: logits[i, a:a + w] for i, (r, a, w) in enumerate(zip(rows, first, wants)) if r in asks}
+        out = {r: logits[i, a:a + w] for i, (r, a, w) in enumerate(zip(rows, first, wants)) if r in asks}
+        ones = [r for r in out if out[r].shape[0] == 1]
+        if ones:  # kept in one [len(ones), V] tensor of their own, not as views keeping the whole step's logits alive
+            kept = torch.cat([out[r] for r in ones])
+            for j, r in enumerate(ones):
+                out[r] = kept[j:j + 1]
+                self._rows[r][len(self.ids[r])] = kept[j]
+        return out | held
+
+    def _held(self, asks: dict) -> tuple[dict[int, torch.Tensor], dict]:
+        """({row: logits [1, V]} for the one-row asks whose states and logits the decoder holds, the other asks)."""
+        held = {}
+        for r, (full, extra) in asks.items():
+            if not extra and len(full) <= len(self.ids[r]) and len(full) in self._rows[r] \
+                    and common_prefix_length(self.ids[r], full) == len(full):
+                held[r] = self._rows[r][len(full)][None]
+        return held, {r: ask for r, ask in asks.items() if r not in held}
 
     def _forward(self, ids: torch.Tensor, slots: torch.Tensor, keep) -> torch.Tensor:
         """The model over ids [b, q] at slots [b, q] (the plan set), masks built from the slots; logits of `keep`."""
@@ -239,6 +263,7 @@ class BatchDecoder:
     def drop(self, row: int) -> None:
         """Forget row `row`'s states (a finished sequence); its slots are reused by whatever it asks next."""
         self.ids[row] = []
+        self._rows[row] = {}
 
     @torch.inference_mode()
     def capture_all(self) -> None:

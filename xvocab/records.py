@@ -25,6 +25,17 @@ def config_hash(config: dict) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def equals_ar_by_construction(config: dict) -> bool:
+    """Whether a record made at sweep point `config` must hold exactly the tokens `ar` emits at that point (so the
+    runner and the report check `equals_ar`): every greedy algorithm (each is lossless), and at T > 0 slem with
+    coupling=gumbel, which races `ar coupling=gumbel` on the same noise tape (same seed, same prompt index) and
+    emits the target's own samples, whatever it drafts (xvocab.coupling). Other sampled rows are other samples of
+    the same distribution: tests/test_distributions.py proves those."""
+    if config["algorithm"] == "ar":
+        return False
+    return config["temperature"] == 0 or (config["algorithm"] == "slem" and config.get("coupling") == "gumbel")
+
+
 def _beside(path: str | Path) -> Path:
     """`<stem>.d/` beside a records file: its writers' files and the claims of the jobs sharing it."""
     path = Path(path)
