@@ -7,6 +7,10 @@ dataset and the machine. `experiments.report` draws it too, beside its tables.
 
 Why: a reader compares nine rows of speedup at a glance, and sees which rows lose to plain decoding and how far
 each is from its bound; the table stays the record of every number.
+
+`--frontier` draws another picture from one or more runs: tau against a round's cost in target forwards
+(k c + v), where a speedup bound is a line through the origin, so a goal such as 2.2x is a line a drafter's
+point must reach (results/drafters/current_qwen15/frontier.png).
 """
 from __future__ import annotations
 
@@ -36,6 +40,19 @@ def _label(row: dict, machine: bool = False) -> str:
         ([f"k {row['k']}"] if row.get("k") not in (None, 4) else []) + \
         ([f"window {row['draft_window']}"] if row.get("draft_window") else [])
     return f"{row['algorithm']} / {draft}" + (f" ({', '.join(options)})" if options else "") + where
+
+
+def _save(fig, out_path) -> Path:
+    """Write `fig` to `out_path` atomically (a reader never sees half a PNG) and close it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    out_path = Path(out_path)
+    tmp = out_path.with_name(f".{out_path.name}.{os.getpid()}.png")
+    fig.savefig(tmp, bbox_inches="tight")
+    plt.close(fig)
+    os.replace(tmp, out_path)
+    return out_path
 
 
 def speedup_figure(rows: list[dict], out_path: Path, title: str) -> Path | None:
@@ -71,13 +88,54 @@ def speedup_figure(rows: list[dict], out_path: Path, title: str) -> Path | None:
         ax.grid(axis="x", alpha=0.3)
     axes[-1, 0].set_xlabel("speedup over ar (tokens/s ratio); black tick: the bound tau / (k c + v)", fontsize=8)
     fig.suptitle(title, fontsize=8)
-    fig.tight_layout()
-    out_path = Path(out_path)
-    tmp = out_path.with_name(f".{out_path.name}.{os.getpid()}.png")
-    fig.savefig(tmp, bbox_inches="tight")
-    plt.close(fig)
-    os.replace(tmp, out_path)
-    return out_path
+    return _save(fig, out_path)
+
+
+def _compact(draft) -> str:
+    """"qwen2.5-coder-1.5b-drafter-deepseek-coder-aligned-v4" -> "drafter v4"; other drafts by their short name."""
+    name = short_name(draft) or ""
+    return "drafter " + name.rsplit("-", 1)[-1] if "-drafter" in name else name
+
+
+def frontier_figure(rows: list[dict], out_path: Path, title: str, speedups=(1.0, 1.5, 2.2)) -> Path | None:
+    """Each row with costs as a point: x the cost of one round in target forwards (k c + v), y its tau, so the
+    bound tau / (k c + v) is the slope from the origin; lines of equal bound at `speedups` (e.g. a goal). Draws
+    where a drafter would have to be for a speedup, and how far each is. None when no row has costs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in rows if r.get("c") is not None and r["algorithm"] != "ar"]
+    if not rows:
+        return None
+    cost = [r["k"] * r["c"] + r["v"] for r in rows]
+    fig, ax = plt.subplots(figsize=(7.0, 4.6), dpi=150)
+    xmax, ymax = max(cost) * 1.15, max(max(r["tau"] for r in rows), max(speedups) * min(cost)) * 1.2
+    for s in speedups:
+        ax.plot([0, xmax], [0, s * xmax], color="0.5", lw=0.8, ls="--")
+        x = min(xmax * 0.97, ymax * 0.95 / s)
+        ax.text(x, s * x, f"{s:g}x", fontsize=7, color="0.35", ha="right", va="bottom")
+    machines = sorted({short_cpu(r.get("cpu")) for r in rows})  # costs are a machine's: one marker each
+    placed = []
+    for r, x in zip(rows, cost):
+        near = sum(abs(x - a) < 0.45 and abs(r["tau"] - b) < 0.07 for a, b in placed)  # close labels stack
+        placed.append((x, r["tau"]))
+        color = {"sd": "tab:blue", "slem": "tab:green", "tli": "tab:orange", "slrs": "tab:purple"}.get(r["algorithm"], "k")
+        ax.plot(x, r["tau"], "os^D"[machines.index(short_cpu(r.get("cpu"))) % 4], color=color, ms=5)
+        ax.annotate(f"{_label(r).split(' / ')[0]} / {_compact(r['draft'])}  {r['tau'] / x:.2f}x", (x, r["tau"]),
+                    fontsize=6, xytext=(5, -3 - 8 * near), textcoords="offset points")
+    for i, m in enumerate(machines):
+        ax.plot([], [], "os^D"[i % 4], color="0.4", ms=5, label=m)
+    ax.legend(fontsize=6, loc="lower right", title="costs measured on", title_fontsize=6)
+    ax.set_xlim(1.0, xmax)
+    ax.set_ylim(1.0, ymax)
+    ax.set_xlabel("one round's cost in target forwards: k c + v", fontsize=8)
+    ax.set_ylabel("tau (tokens per target forward)", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.grid(alpha=0.3)
+    ax.set_title(title.split("; ")[0] + ": each label gives the bound tau / (k c + v), the slope", fontsize=8)
+    return _save(fig, out_path)
 
 
 def title_of(rows: list[dict]) -> str:
@@ -97,15 +155,32 @@ def main(argv=None) -> Path | None:
 
     parser = argparse.ArgumentParser(prog="python -m experiments.figure", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("results_dir", type=Path)
-    parser.add_argument("--out", type=Path, help="the PNG (default: RESULTS_DIR/speedup.png)")
+    parser.add_argument("results_dir", type=Path, nargs="+", help="one run's directory (--frontier: one or more)")
+    parser.add_argument("--out", type=Path, help="the PNG (default: RESULTS_DIR/speedup.png, or frontier.png)")
+    parser.add_argument("--frontier", action="store_true",
+                        help="draw tau against each round's cost (k c + v) instead, with lines of equal bound at "
+                             "--speedups: the rows of every RESULTS_DIR at --temperature, each with its own costs")
+    parser.add_argument("--speedups", type=float, nargs="+", default=[1.0, 1.5, 2.2])
+    parser.add_argument("--temperature", type=float, default=0.0)
     args = parser.parse_args(argv)
-    recs = records.read(args.results_dir / "records.jsonl")
-    if not recs:
-        parser.error(f"no records in {args.results_dir / 'records.jsonl'}: run experiments.run first")
-    rows = aggregate(recs)
-    add_costs(rows, records.read(args.results_dir / "costs.jsonl"))
-    path = speedup_figure(rows, args.out or args.results_dir / "speedup.png", title_of(rows))
+    if len(args.results_dir) > 1 and not args.frontier:
+        parser.error("several RESULTS_DIRs are drawn together only with --frontier")
+    rows = []
+    for d in args.results_dir:
+        recs = records.read(d / "records.jsonl")
+        if not recs:
+            parser.error(f"no records in {d / 'records.jsonl'}: run experiments.run first")
+        mine = aggregate(recs)
+        add_costs(mine, records.read(d / "costs.jsonl"))
+        rows += mine
+    if args.frontier:
+        rows = [r for r in rows if r["temperature"] == args.temperature]
+        if not rows:
+            parser.error(f"no rows at temperature {args.temperature:g} in {', '.join(map(str, args.results_dir))}")
+        path = frontier_figure(rows, args.out or args.results_dir[0] / "frontier.png", title_of(rows), args.speedups)
+        print(path or "no row has costs (experiments.costs): nothing drawn")
+        return path
+    path = speedup_figure(rows, args.out or args.results_dir[0] / "speedup.png", title_of(rows))
     print(path or "no row has an ar baseline to compare with: nothing drawn")
     return path
 

@@ -197,6 +197,27 @@ def test_the_report_checks_coupled_slem_against_coupled_ar_on_the_same_tape():
     assert not records.equals_ar_by_construction(recs[2]["config"] | {"coupling": "none"})
 
 
+def test_the_frontier_figure_draws_runs_with_costs_and_names_what_is_missing(tmp_path):
+    from experiments import figure
+
+    runs = []
+    for i, (c, v) in enumerate([(0.05, 1.6), (0.01, 1.1)]):
+        d = tmp_path / f"run{i}"
+        for r in (_fake("ar", 0, 10, 10, 2.0, [0] * 10, [0] * 10),
+                  _fake("slem", 4, 10, 4, 1.0, [4, 2, 0, 0], [4, 4, 4, 4], equals_ar=True)):
+            r["config"]["cpu"] = f"cpu {i}"  # costs join the rows of the machine they were measured on
+            records.append(d / "records.jsonl", r | {"config_hash": records.config_hash(r["config"])})
+        records.append(d / "costs.jsonl", {"target": "T", "draft": "D", "k": 4, "c": c, "v": v, "cpu": f"cpu {i}"})
+        runs.append(str(d))
+    path = figure.main(["--frontier", *runs, "--out", str(tmp_path / "f.png")])
+    assert path.stat().st_size > 0
+    with pytest.raises(SystemExit):
+        figure.main([*runs])                                   # several runs only as a frontier
+    with pytest.raises(SystemExit):
+        figure.main(["--frontier", runs[0], "--temperature", "1"])  # no rows at that temperature
+    assert figure.frontier_figure([], tmp_path / "none.png", "t") is None
+
+
 def test_report_on_a_fixture_of_records(tmp_path):
     recs = [_fake("ar", 0, 10, 10, 2.0, [0] * 10, [0] * 10),
             _fake("slem", 4, 10, 4, 1.0, [4, 2, 0, 0], [4, 4, 4, 4], equals_ar=True)]
