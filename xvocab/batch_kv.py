@@ -102,6 +102,7 @@ class BatchDecoder:
         # k + 1 rows and never ask a held prefix again), each step's gathered into one [b, V] tensor.
         self._rows: list[dict[int, torch.Tensor]] = [{} for _ in range(rows)]
         self.forwards = 0
+        self.held = 0             # rows answered from kept logits, without a forward
         self.tokens_fed = 0       # real positions computed (padding excluded)
         self.row_tokens = [0] * rows    # per row: positions computed for it
         self.row_forwards = [0] * rows  # per row: forwards it took part in
@@ -141,6 +142,7 @@ class BatchDecoder:
     def step(self, asks: dict[int, tuple[list[int], list[int]]]) -> dict[int, torch.Tensor]:
         """{row: (full_ids, extra)} -> {row: logits [len(extra) + 1, V]}, in one forward of the asked rows."""
         held, asks = self._held(asks)
+        self.held += len(held)
         if not asks:
             return held
         rows = sorted(asks)
@@ -290,6 +292,11 @@ class DecoderPool:
 
     def __init__(self):
         self._kept: dict[tuple, BatchDecoder] = {}
+
+    @property
+    def kept(self) -> list[BatchDecoder]:
+        """The decoders kept so far (their counters: forwards, held, tokens_fed)."""
+        return list(self._kept.values())
 
     def get(self, role: str, model, rows: int, capacity: int, graphs: bool) -> BatchDecoder:
         """The decoder for `role` ("target" or "draft": one model may play both) of `model`."""
