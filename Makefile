@@ -22,10 +22,16 @@ test: setup
 	$(PY) -m xvocab.zoo fetch
 	$(PY) -m pytest -q -n 2 --dist loadgroup
 
+# The tests marked slow (about 20 minutes on two cores): every pair, algorithm and experiment the default suite
+# samples one of, and the long real-model checks. Run before a change to the decoding loops lands.
+test-slow: setup
+	$(PY) -m xvocab.zoo fetch
+	$(PY) -m pytest -q -m slow -n 2 --dist loadgroup
+
 # What a GPU session carries (experiments/gpu_carry.py, run by experiments/gpu_session.sh there): transformers 5.24
 # and huggingface-hub wheels for the GPU machine's Python 3.12, and the converted tokenizers its tests and benchmark
 # read; fails if the tree and gpu_carry/ together exceed 60 MiB. gpu_carry/ is git-ignored.
 gpu-carry: setup
 	$(PY) -m experiments.gpu_carry
 
-.PHONY: setup demo test gpu-carry
+.PHONY: setup demo test test-slow gpu-carry

@@ -4,8 +4,8 @@ What: a run config with `variants` (a list of "ALGORITHM [KEY=VALUE ...]", KEY o
 another draft model than the pair's) decodes prompt 0 with every variant, then prompt 1, ..., the variants'
 order rotating from one prompt to the next, after one untimed warm-up decode per variant. Every variant's
 records are the ones its own sweep point would write (same config, same hash, same outputs; the record adds
-`schedule: interleaved`; greedy ones, and coupled slem beside coupled ar at T > 0, `equals_ar`, as a sweep's), so `experiments.report` reads them as it reads
-a sweep. A prompt's records are appended once all its variants are done, and a killed run resumes with the
+`schedule: interleaved`; greedy ones, and coupled slem beside coupled ar at T > 0, `equals_ar`, as a sweep's),
+so `experiments.report` reads them as it reads a sweep. A prompt's records are appended once all its variants are done, and a killed run resumes with the
 (variant, prompt) pairs not yet recorded. `ar` is added first when no variant is `ar` (the speedups
 are over it).
 

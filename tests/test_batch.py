@@ -146,6 +146,11 @@ def test_a_row_asking_a_prefix_it_read_gets_its_logits_without_a_forward(graphs)
     batch.drop(1)
     batch.step({1: (seqs[1], [])})
     assert batch.forwards == before[0] + 2 and batch.row_forwards[1] == before[2][1] + 1
+    # A target's decoder keeps only its latest logits (keep_rows=1: ar's first token reads its prompt's prefill).
+    latest = BatchDecoder(model, 1, graphs=graphs, keep_rows=1)
+    for n in (4, 5, 5, 4):
+        latest.step({0: (seqs[0][:n], [])})
+    assert (latest.forwards, latest.held) == (3, 1)
 
 
 @pytest.mark.parametrize("alg", [pytest.param(a, marks=() if a == "slem" else pytest.mark.slow) for a in ALGS])

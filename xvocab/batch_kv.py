@@ -12,7 +12,9 @@ setting its length. The forward gets explicit position ids and its own attention
 capacity]: query j of row r (position pos_r + j) sees slots [0, pos_r + j], within the sliding window
 for sliding layers (a mask per layer type, the mapping transformers' Gemma 3, Qwen 2 and Mistral
 accept). Padding queries sit after a row's last real token: their states land in slots past the row's
-length (never seen by a real query, overwritten later) and their logits are dropped.
+length (never seen by a real query, overwritten later) and their logits are dropped. As Decoder does, a row
+that asks again for a prefix it already read (a draft re-synced after a rejection, or after its prompt's
+prefill) is answered from the logits it kept, without a forward (`keep_rows` back; `held` counts them).
 
 Invariant: for every row, the logits equal those of a Decoder fed that row alone (up to float
 reassociation in batched matmuls; tests/test_batch.py checks both and greedy equality), with or without
@@ -83,7 +85,8 @@ class BatchDecoder:
     replayed (kernel launches are what a small model's step costs there). Elsewhere the same fixed-shape
     computation runs eagerly: the CPU tests prove the padding, the GPU tests prove the replays."""
 
-    def __init__(self, model, rows: int, capacity: int = 256, graphs: bool = False, capture: bool = True):
+    def __init__(self, model, rows: int, capacity: int = 256, graphs: bool = False, capture: bool = True,
+                 keep_rows: int = KEEP_ROWS):
         check_model(model)
         self.model = model
         self.n_rows = rows
@@ -101,6 +104,10 @@ class BatchDecoder:
         # is answered without a forward. Only one-row asks are kept (the draft's; the target's verifications ask
         # k + 1 rows and never ask a held prefix again), each step's gathered into one [b, V] tensor.
         self._rows: list[dict[int, torch.Tensor]] = [{} for _ in range(rows)]
+        # How far back they are kept: a draft re-syncs at most k + 1 positions back (KEEP_ROWS covers it); a target
+        # needs only its latest (ar's first token reads its prompt's prefill), and keeping more of its [V] rows
+        # would cost KEEP_ROWS x rows x V for nothing in a large batch.
+        self.keep_rows = keep_rows
         self.forwards = 0
         self.held = 0             # rows answered from kept logits, without a forward
         self.tokens_fed = 0       # real positions computed (padding excluded)
@@ -153,7 +160,7 @@ class BatchDecoder:
             want = len(extra) + 1
             keep = min(common_prefix_length(self.ids[r], seq), len(seq) - want)
             self.ids[r] = seq
-            for n in [n for n in self._rows[r] if n > keep or n <= len(seq) - KEEP_ROWS]:
+            for n in [n for n in self._rows[r] if n > keep or n <= len(seq) - self.keep_rows]:
                 del self._rows[r][n]  # after tokens this step replaces, or too old to be asked again
             feeds.append(seq[keep:])
             starts.append(keep)
@@ -303,7 +310,8 @@ class DecoderPool:
         key = (role, id(model), rows, graphs)
         dec = self._kept.get(key)
         if dec is None or dec.model is not model:
-            dec = self._kept[key] = BatchDecoder(model, rows, capacity, graphs=graphs)
+            dec = self._kept[key] = BatchDecoder(model, rows, capacity, graphs=graphs,
+                                                 keep_rows=KEEP_ROWS if role == "draft" else 1)
             return dec
         for row in range(rows):
             dec.drop(row)
