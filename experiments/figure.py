@@ -123,7 +123,7 @@ def frontier_figure(rows: list[dict], out_path: Path, title: str, speedups=(1.0,
         placed.append((x, r["tau"]))
         color = {"sd": "tab:blue", "slem": "tab:green", "tli": "tab:orange", "slrs": "tab:purple"}.get(r["algorithm"], "k")
         ax.plot(x, r["tau"], "os^D"[machines.index(short_cpu(r.get("cpu"))) % 4], color=color, ms=5)
-        ax.annotate(f"{_label(r).split(' / ')[0]} / {_compact(r['draft'])}  {r['tau'] / x:.2f}x", (x, r["tau"]),
+        ax.annotate(f"{r['algorithm']} / {_compact(r['draft'])}  {r['tau'] / x:.2f}x", (x, r["tau"]),
                     fontsize=6, xytext=(5, -3 - 8 * near), textcoords="offset points")
     for i, m in enumerate(machines):
         ax.plot([], [], "os^D"[i % 4], color="0.4", ms=5, label=m)
