@@ -78,14 +78,6 @@ def _checked_against(rec: dict, ar_ids: list[int] | None) -> dict:
     return rec | {"equals_ar": rec["token_ids"] == ar_ids}
 
 
-def _tape(conf: dict):
-    """What else an `ar` record must share with a row to be its reference: nothing when greedy; at T > 0 the coupled
-    noise tape (its seed; the prompt index is the prompt's). None where no ar record can be one (uncoupled T > 0)."""
-    if conf["temperature"] == 0:
-        return "greedy"
-    return ("gumbel", conf["seed"]) if conf.get("coupling") == "gumbel" else None
-
-
 def aggregate(recs: list[dict]) -> list[dict]:
     # Parallel sweep points may both record the same `ar` prompt (a greedy run's check and the ar run
     # itself): one record per (config, prompt) counts.
@@ -97,12 +89,13 @@ def aggregate(recs: list[dict]) -> list[dict]:
         groups[tuple(_field(r["config"], f) for f in GROUP) + (tuple(_field(r["config"], f) for f in BASELINE),)].append(r)
     # `ar` outputs per (baseline, seed for coupled ar, prompt): a run that must emit them (greedy, or coupled slem at
     # T > 0: records.equals_ar_by_construction) but was recorded without its own check is compared here.
-    ar_ids = {(tuple(_field(r["config"], f) for f in BASELINE), _tape(r["config"]), r["prompt_id"]): r.get("token_ids")
-              for r in unique.values() if r["config"]["algorithm"] == "ar"}
+    ar_ids = {(tuple(_field(r["config"], f) for f in BASELINE), records.reference_tape(r["config"]), r["prompt_id"]):
+              r.get("token_ids") for r in unique.values() if r["config"]["algorithm"] == "ar"}
     rows = []
     for key, rs in groups.items():
         if records.equals_ar_by_construction(rs[0]["config"]):
-            rs = [_checked_against(r, ar_ids.get((key[-1], _tape(r["config"]), r["prompt_id"]))) for r in rs]
+            rs = [_checked_against(r, ar_ids.get((key[-1], records.reference_tape(r["config"]), r["prompt_id"])))
+                  for r in rs]
         tokens = sum(r["new_tokens"] for r in rs)
         # Batched rows share their batch's time: throughput is tokens over the batches' wall time.
         batches = {}  # a batched run's wall time: until its last row ended (records carry their row's end)

@@ -165,7 +165,7 @@ def run(cfg: dict, writer: str | None = None) -> Path:
     draft = None if algorithm == "ar" else cfg["pair"]["draft"]
     models = load_pair(cfg["pair"]["target"], draft, cfg["dtype"], device, cfg["pair"]["device_map"])
     # Greedy rows, and coupled slem at T > 0, must emit ar's tokens (ar_conf is coupled ar then): checked per prompt.
-    greedy_check = cfg["check_ar"] and records.equals_ar_by_construction(conf)
+    exact_check = cfg["check_ar"] and records.equals_ar_by_construction(conf)
     ar_models = load_pair(cfg["pair"]["target"], None, cfg["dtype"], device, cfg["pair"]["device_map"])
     for _ in range(cfg["warmup"]):  # untimed: first-call allocations and kernel selection
         _generate(rows[0], 0, {**cfg, "max_new_tokens": min(8, cfg["max_new_tokens"])}, algorithm, models)
@@ -183,7 +183,7 @@ def run(cfg: dict, writer: str | None = None) -> Path:
             continue
         out = _generate(row, index, cfg, algorithm, models)
         rec = _record(conf, row, index, out, cfg)
-        if greedy_check:
+        if exact_check:
             ar_rec = done.get((ar_key, row["id"]))
             if ar_rec is None and _claimed(path, ar_key, row, writer, done):
                 ar_rec = _record(ar_conf, row, index, _generate(row, index, cfg, "ar", ar_models), cfg)

@@ -5,9 +5,9 @@ another draft model than the pair's) decodes prompt 0 with every variant, then p
 order rotating from one prompt to the next, after one untimed warm-up decode per variant. Every variant's
 records are the ones its own sweep point would write (same config, same hash, same outputs; the record adds
 `schedule: interleaved`; greedy ones, and coupled slem beside coupled ar at T > 0, `equals_ar`, as a sweep's),
-so `experiments.report` reads them as it reads a sweep. A prompt's records are appended once all its variants are done, and a killed run resumes with the
-(variant, prompt) pairs not yet recorded. `ar` is added first when no variant is `ar` (the speedups
-are over it).
+so `experiments.report` reads them as it reads a sweep. A prompt's records are appended once all its variants
+are done, and a killed run resumes with the (variant, prompt) pairs not yet recorded. `ar` is added first when
+no variant is `ar` (the speedups are over it).
 
 Why: `--multirun` decodes one point after another, and a shared machine drifts by 15-20% within minutes, so
 a block of `ar` and a later block of `slem` measure the machine as much as the algorithm. Interleaved, a drift
@@ -95,8 +95,8 @@ def run_interleaved(cfg: dict, path: Path, *, point, generate, record, load_pair
     bar = tqdm(total=sum((key, row["id"]) not in done for _, row in todo for key in keys), unit="decode",
                desc=f"{len(variants)} variants T={cfg['temperature']}")
     # The ar variant whose tokens others must equal: greedy ar, or at T > 0 coupled ar (for coupled slem).
-    ar_key = next((keys[j] for j, c in enumerate(confs) if c["algorithm"] == "ar"
-                   and (cfg["temperature"] == 0 or c.get("coupling") == "gumbel")), None)
+    ar_key = next((key for key, c in zip(keys, confs) if c["algorithm"] == "ar"
+                   and records.reference_tape(c) is not None), None)
     checked = {key for key, c in zip(keys, confs) if records.equals_ar_by_construction(c)}
     for index, row in todo:
         turn = index % len(variants)  # the rotation follows the prompt, so a resumed run keeps it

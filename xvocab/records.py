@@ -36,6 +36,15 @@ def equals_ar_by_construction(config: dict) -> bool:
     return config["temperature"] == 0 or (config["algorithm"] == "slem" and config.get("coupling") == "gumbel")
 
 
+def reference_tape(config: dict):
+    """What an `ar` record must share with a row besides the point's baseline to be the output that row must
+    equal: nothing when greedy ("greedy"); at T > 0 the coupled noise tape, i.e. its seed (the prompt index is the
+    prompt's). None where no `ar` record can be a reference (uncoupled, T > 0)."""
+    if config["temperature"] == 0:
+        return "greedy"
+    return ("gumbel", config["seed"]) if config.get("coupling") == "gumbel" else None
+
+
 def _beside(path: str | Path) -> Path:
     """`<stem>.d/` beside a records file: its writers' files and the claims of the jobs sharing it."""
     path = Path(path)
