@@ -1,14 +1,26 @@
-"""`python -m experiments.lossless_sweep [--families A B ...] [--offsets 1 7]`: losslessness over many tokenizer pairs.
+"""`python -m experiments.lossless_sweep [--families A B ...] [--offsets 1 7] [--sampling]`: losslessness over many
+tokenizer pairs.
 
 What: every zoo tokenizer family (or those named) as the target's, each paired with the families `offsets` places
-after it in the list as the draft's. The target is a tiny random model over its tokenizer and the draft its mirror
-over the other (xvocab.zoo.tiny.mirror_model: the same model re-expressed, so proposals are often accepted and long
-accepted runs cross every boundary case). For each pair and each of the awkward prompts below it checks, token for
-token:
+after it in the list as the draft's. Each pair is checked with two tiny random drafts (`greedy_drafts`): the
+target's mirror over the other vocabulary (xvocab.zoo.tiny.mirror_model: long accepted runs where the two tokenizers
+cut text alike, but on most pairs they cut the prompt apart and it is almost never accepted), and a biased pair
+(xvocab.zoo.tiny.biased_pair: accepted on every pair). For each, and each of the awkward prompts below, it checks,
+token for token:
   - greedy slem, tli and slrs, with the draft's own tokenization and with the target-aligned one, equal `ar`;
   - coupled slem at T = 1 equals coupled `ar` (the same seed), with both encodings;
   - the batched loop (xvocab.generate_batch, 4 rows at a time over all the prompts) equals `ar` on every row.
-It prints one line per pair and every failure, and exits 1 if any.
+With `--sampling` it checks distributions instead: the pair is xvocab.zoo.tiny.biased_pair (a target and a draft
+that agree often whatever the segmentation, with much of the draft's mass outside the intersection), and slem, tli
+and slrs each sample `--samples` sequences of 3 tokens (xvocab.lossless) in both settings of xvocab.lossless.SETTINGS:
+at T = 1 with top-k 3 through `generate` with the draft's own tokenization, at T = 0.7 with top-p 0.95 through
+`generate_batch` with the aligned one. Each sample is tested against the target's exact law by the chi-square
+test of the suite (tests/test_distributions.py, whose negative controls show it rejecting each algorithm's known
+bugs); a test fails a lossless sampler with probability ALPHA = 1e-6, so the sweep's 252 together with about
+2.5e-4. Each pair's line gives the lowest p-value and the draft's mean tau per algorithm (1 would mean no
+proposal was ever accepted and only the rejection path ran).
+It prints one line per pair (with greedy slem's mean tau per draft, or the sampling summary) and every failure, and
+exits 1 if any.
 
 Why: the test suite checks 8 pairs on 3 prompts; a new tokenizer family, or text with scripts, emoji, tabs, CRLF
 and long digit runs, is where a boundary bug would hide. The sweep is the wide net: minutes on one CPU thread.
@@ -24,7 +36,8 @@ import torch
 
 import xvocab
 from xvocab.engine import generate
-from xvocab.zoo.tiny import mirror_model
+from xvocab.lossless import ALPHA, SETTINGS, sampled_pvalue
+from xvocab.zoo.tiny import biased_pair, mirror_model
 
 # Scripts, emoji with modifiers, tabs and superscripts, CRLF and digit runs, combining-looking accents and curly
 # quotes, one character, whitespace alone.
@@ -33,31 +46,72 @@ PROMPTS = ["  def f(x):\n\treturn x**2  # ½ ²", "日本語のテキスト、�
 MODEL_TOKENIZERS = ["gemma-3-270m", "smollm2-135m"]  # the zoo models' own tokenizers, beside the families
 
 
-def check_pair(target_name: str, draft_name: str, *, seed: int, max_new_tokens: int) -> list[tuple]:
-    """Every failure of one (target tokenizer, draft tokenizer) pair, as tuples naming what differed."""
+# xvocab.zoo.tiny.biased_pair set for greedy text: the target's own head (context) varies its choices, the draft's
+# noise is small and it prefers the target's spellings (longer < 0), so it is accepted on every pair (tau 1.1-4 of
+# 5 on the sweep's prompts, where the mirror's is about 1 on most pairs: their tokenizers cut the prompt apart).
+GREEDY_BIASED = dict(longer=-1.0, noise=0.3, context=0.3, spread=1.0)
+
+
+def greedy_drafts(target_tokenizer, draft_tokenizer, seed: int):
+    """(name, target, draft) of the greedy checks: a tiny target with its mirror (long accepted runs where the two
+    tokenizers cut text alike), and the biased pair (accepted on any pair, through text the target writes from a
+    few dozen favoured ids: repeats and merges across token boundaries)."""
+    target = xvocab.zoo.tiny_model(target_tokenizer, seed=seed)
+    yield "mirror", target, mirror_model(target, target_tokenizer, draft_tokenizer)
+    yield ("biased", *biased_pair(target_tokenizer, draft_tokenizer, seed=seed, **GREEDY_BIASED))
+
+
+def check_pair(target_name: str, draft_name: str, *, seed: int, max_new_tokens: int) -> tuple[list[tuple], str]:
+    """Every failure of one (target tokenizer, draft tokenizer) pair, as tuples naming what differed, and a summary:
+    the mean tau of greedy slem per draft (1 would mean no proposal was ever accepted)."""
     tt, dt = xvocab.zoo.tokenizer(target_name), xvocab.zoo.tokenizer(draft_name)
-    target = xvocab.zoo.tiny_model(tt, seed=seed)
-    draft = mirror_model(target, tt, dt)
-    both = dict(target=target, target_tokenizer=tt, max_new_tokens=max_new_tokens)
-    pair = both | dict(draft=draft, draft_tokenizer=dt, k=4)
-    fails = []
-    refs = []
-    for prompt in PROMPTS:
-        ref = generate(prompt, algorithm="ar", **both).token_ids
-        refs.append(ref)
-        for alg in ("slem", "tli", "slrs"):
+    fails, summary = [], []
+    for kind, target, draft in greedy_drafts(tt, dt, seed):
+        both = dict(target=target, target_tokenizer=tt, max_new_tokens=max_new_tokens)
+        pair = both | dict(draft=draft, draft_tokenizer=dt, k=4)
+        refs, taus = [], []
+        for prompt in PROMPTS:
+            ref = generate(prompt, algorithm="ar", **both).token_ids
+            refs.append(ref)
+            for alg in ("slem", "tli", "slrs"):
+                for enc in ("native", "aligned"):
+                    out = generate(prompt, algorithm=alg, draft_encoding=enc, **pair)
+                    taus += [out.stats.tau] if alg == "slem" else []
+                    if out.token_ids != ref:
+                        fails.append((alg, enc, "T=0", kind, prompt))
+            coupled = dict(temperature=1.0, coupling="gumbel", seed=11)
+            cref = generate(prompt, algorithm="ar", **both, **coupled).token_ids
             for enc in ("native", "aligned"):
-                if generate(prompt, algorithm=alg, draft_encoding=enc, **pair).token_ids != ref:
-                    fails.append((alg, enc, "T=0", prompt))
-        coupled = dict(temperature=1.0, coupling="gumbel", seed=11)
-        cref = generate(prompt, algorithm="ar", **both, **coupled).token_ids
-        for enc in ("native", "aligned"):
-            if generate(prompt, algorithm="slem", draft_encoding=enc, **pair, **coupled).token_ids != cref:
-                fails.append(("coupled slem", enc, "T=1", prompt))
-    for alg in ("slem", "tli", "slrs"):
-        outs = xvocab.generate_batch(PROMPTS, algorithm=alg, batch_size=4, **pair)
-        fails += [(alg, "batched", "T=0", PROMPTS[i]) for i, o in enumerate(outs) if o.token_ids != refs[i]]
-    return fails
+                if generate(prompt, algorithm="slem", draft_encoding=enc, **pair, **coupled).token_ids != cref:
+                    fails.append(("coupled slem", enc, "T=1", kind, prompt))
+        for alg in ("slem", "tli", "slrs"):
+            outs = xvocab.generate_batch(PROMPTS, algorithm=alg, batch_size=4, **pair)
+            fails += [(alg, "batched", "T=0", kind, PROMPTS[i]) for i, o in enumerate(outs) if o.token_ids != refs[i]]
+        summary.append(f"{kind} slem tau {sum(taus) / len(taus):.2f}")
+    return fails, ", ".join(summary)
+
+
+# (setting, draft encoding, rows per generate_batch call: 0 = one generate call per sample)
+SAMPLING_RUNS = [("T1-top_k3", "native", 0), ("T0.7-top_p0.95", "aligned", 50)]
+SAMPLING_ALGORITHMS = ("slem", "tli", "slrs")
+
+
+def check_pair_sampling(target_name: str, draft_name: str, *, seed: int, samples: int) -> tuple[list[tuple], str]:
+    """Every failure of one pair's distribution checks, and a summary: the lowest p-value and mean tau per
+    algorithm."""
+    tt, dt = xvocab.zoo.tokenizer(target_name), xvocab.zoo.tokenizer(draft_name)
+    target, draft = biased_pair(tt, dt, seed=seed)
+    fails, summary = [], []
+    for alg in SAMPLING_ALGORITHMS:
+        pvalues, taus = [], []
+        for setting, encoding, batch in SAMPLING_RUNS:
+            p = sampled_pvalue((target, tt, draft, dt), alg, SETTINGS[setting], n=samples, batch=batch,
+                               draft_encoding=encoding, taus=taus)
+            pvalues.append(p)
+            if p <= ALPHA:
+                fails.append((alg, encoding + (" batched" if batch else ""), setting, f"p={p:.2g}"))
+        summary.append(f"{alg} p>={min(pvalues):.2g} tau {sum(taus) / len(taus):.2f}")
+    return fails, ", ".join(summary)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,6 +122,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="each target's drafts: the families this many places later in the list")
     parser.add_argument("--max-new-tokens", type=int, default=20)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--sampling", action="store_true",
+                        help="check sampled distributions (xvocab.lossless) instead of greedy and coupled outputs")
+    parser.add_argument("--samples", type=int, default=xvocab.lossless.N, help="sequences per distribution test")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     names = sorted(xvocab.zoo.tokenizers.TOKENIZERS) + MODEL_TOKENIZERS
@@ -80,14 +137,19 @@ def main(argv: list[str] | None = None) -> int:
             continue
         for offset in args.offsets:
             draft_name = names[(i + offset) % len(names)]
+            summary = ""
             try:
-                found = check_pair(target_name, draft_name, seed=i + 3, max_new_tokens=args.max_new_tokens)
+                if args.sampling:
+                    found, summary = check_pair_sampling(target_name, draft_name, seed=i + 3, samples=args.samples)
+                else:
+                    found, summary = check_pair(target_name, draft_name, seed=i + 3, max_new_tokens=args.max_new_tokens)
+                summary = f"; {summary}"
             except Exception:  # a crash is a finding too: report it and go on
                 traceback.print_exc()
                 found = [("crashed", "", "", "")]
             fails += [(target_name, draft_name) + f for f in found]
-            print(f"{target_name} <- {draft_name}: {len(found)} failures ({time.perf_counter() - start:.0f} s)",
-                  flush=True)
+            print(f"{target_name} <- {draft_name}: {len(found)} failures{summary} "
+                  f"({time.perf_counter() - start:.0f} s)", flush=True)
     for f in fails:
         print("FAIL", f)
     print(f"{len(fails)} failures")

@@ -1,17 +1,13 @@
-"""Helpers shared by the test modules: tiny mirrored pairs over real tokenizers, resized heads, and the
-exact-reference chi-square used by every sampled-sequence test (one place for its pooling rule)."""
+"""Helpers shared by the test modules: tiny mirrored pairs over real tokenizers, resized heads, made-up policy
+costs. The exact-reference chi-square every sampled-sequence test uses is xvocab.lossless (one place for its rule)."""
 from __future__ import annotations
 
-import collections
 import copy
 
 import torch
-from scipy.stats import chisquare
 
 import xvocab
 from xvocab.policy import Costs, Policy
-from xvocab.roles import prompt_ids
-from xvocab.sampling import logits_to_probs
 from xvocab.zoo.tiny import mirror_model
 
 
@@ -48,37 +44,6 @@ def resized(model, n_rows, seed=0):
             emb[old:] = torch.randn(n_rows - old, emb.shape[1], generator=gen) * emb[:old].std()
     out.config.vocab_size = n_rows
     return out.eval()
-
-
-def exact_distribution(model, tok, prompt, params, n_tokens) -> dict:
-    """{sequence: probability} of the target's first n_tokens, by enumeration over the processed support:
-    P(x1..xn) = prod_i p(x_i | x_<i) under temperature then top-k/top-p, with the target alone."""
-    ids = prompt_ids(tok, prompt)
-    dist = {(): 1.0}
-    with torch.no_grad():
-        for _ in range(n_tokens):
-            nxt = {}
-            for seq, mass in dist.items():
-                p = logits_to_probs(model(torch.tensor([ids + list(seq)])).logits[0, -1], params)
-                for x in p.nonzero().flatten().tolist():
-                    nxt[seq + (x,)] = mass * float(p[x])
-            dist = nxt
-    return dist
-
-
-def chi_square_pvalue(counts: collections.Counter, exact: dict, n: int) -> float:
-    """Goodness of fit of n observed sequences to `exact`. Sequences expected fewer than 5 times are
-    pooled into one bin (the chi-square approximation needs it); a sequence outside the support gives 0,
-    since the target can never produce it."""
-    if not set(counts) <= set(exact):
-        return 0.0
-    total = sum(exact.values())
-    big = sorted(key for key in exact if exact[key] / total * n >= 5)
-    observed = [counts[key] for key in big] + [n - sum(counts[key] for key in big)]
-    expected = [exact[key] / total * n for key in big] + [n - sum(exact[key] / total * n for key in big)]
-    if expected[-1] < 1e-9:
-        observed, expected = observed[:-1], expected[:-1]
-    return float(chisquare(observed, expected, sum_check=False).pvalue)
 
 
 def policy_costs(draft_s, target_s, k=4, sizes=(1, 4)):

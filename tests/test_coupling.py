@@ -16,13 +16,14 @@ import collections
 
 import pytest
 import torch
-from _support import chi_square_pvalue, drafting, flipping_policy, mirrored_pairs
+from _support import drafting, flipping_policy, mirrored_pairs
 
 import xvocab
 from xvocab import generate, generate_batch
 from xvocab.alignment.tables import DraftIds
 from xvocab.coupling import NoiseTape, agreement, agreement_dense, draft_noise, race
 from xvocab.errors import ConfigError
+from xvocab.lossless import chi_square_pvalue
 
 PAIRS = [("starcoder", "refact"), ("llama-spm", "mistral-v1")]
 PROMPTS = ["def fibonacci(n):", "x = [1, 2,", "The quick brown fox"]

@@ -33,21 +33,16 @@ import collections
 
 import pytest
 import torch
-from _support import chi_square_pvalue, exact_distribution, flipping_policy, resized
+from _support import flipping_policy, resized
 from scipy.stats import chi2, ncx2
 
 import xvocab
-from xvocab import batch as batched
 from xvocab import engine, rounds
 from xvocab.algorithms.common import Proposal
+from xvocab.lossless import ALPHA, N, PROMPT, SETTINGS, TOKENS, exact_distribution, sampled_pvalue
 from xvocab.sampling import SamplingParams, logits_to_probs
-from xvocab.zoo.tiny import mirror_model
+from xvocab.zoo.tiny import biased_pair, mirror_model
 
-ALPHA = 1e-6
-N = 400
-PROMPT = "def fibonacci(n):"
-TOKENS = 3
-SETTINGS = {"T1-top_k3": SamplingParams(1.0, top_k=3), "T0.7-top_p0.95": SamplingParams(0.7, top_p=0.95)}
 # (target tokenizer, draft tokenizer, extra target head rows): vocabularies with missing bytes (starcoder,
 # refact), SentencePiece on both sides, byte-level BPE and SentencePiece mixed both ways, a head wider than
 # its tokenizer; Qwen2.5's byte-level BPE (the real target's, tests/test_zoo_qwen.py) drafted over DeepSeek-Coder's
@@ -149,27 +144,6 @@ def cases():
         draft = _leaky(resized(xvocab.zoo.tiny_model(tok, seed=1), len(tok) + d_extra), noise=0.4)
         out[f"{name}+{d_extra}/+{t_extra}"] = (resized(base, len(tok) + t_extra), tok, draft, tok)
     return out
-
-
-def sampled_pvalue(case, alg, params, n=N, k=2, tokens=TOKENS, batch=0, policy=None, **extra):
-    """p-value of n sequences sampled with seeds 0..n-1, one `generate` call each, or with batch > 0 through
-    `generate_batch` in batches of that many rows (row i of a batch seeded seed + i: the same seeds), with a
-    fresh `policy()` per batch if given."""
-    target, tt, draft, dt = case
-    exact = exact_distribution(target, tt, PROMPT, params, tokens)
-    assert len(exact) > 3  # a distribution with real choices
-    counts = collections.Counter()
-    kw = dict(target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt, algorithm=alg, k=k,
-              max_new_tokens=tokens, temperature=params.temperature, top_k=params.top_k, top_p=params.top_p, **extra)
-    if batch:
-        for start in range(0, n, batch):
-            for out in batched.generate_batch([PROMPT] * min(batch, n - start), seed=start,
-                                              policy=policy() if policy else None, **kw):
-                counts[tuple(out.token_ids)] += 1
-        return chi_square_pvalue(counts, exact, n)
-    for seed in range(n):
-        counts[tuple(engine.generate(PROMPT, seed=seed, **kw).token_ids)] += 1
-    return chi_square_pvalue(counts, exact, n)
 
 
 def _grid():
@@ -345,3 +319,38 @@ def test_exact_reference_sums_to_one(cases):
             dist = exact_distribution(target, tt, PROMPT, params, TOKENS)
             assert abs(sum(dist.values()) - 1) < 1e-5 and all(len(s) == TOKENS for s in dist)
             assert len(dist) <= 27 or params.top_k == 0
+
+
+# ------------------------------------------------------ any tokenizer pair: xvocab.zoo.tiny.biased_pair (the sweep's)
+
+BIASED = ("phi-3", "falcon")  # not among CROSS_PAIRS: SentencePiece with byte fallback drafted by byte-level BPE
+
+
+@pytest.fixture(scope="module")
+def biased():
+    tt, dt = (xvocab.zoo.tokenizer(name) for name in BIASED)
+    target, draft = biased_pair(tt, dt, seed=5)
+    return (target, tt, draft, dt), (target, tt, mirror_model(target, tt, dt), dt)
+
+
+def test_a_biased_pair_is_accepted_where_a_mirror_is_not_and_follows_the_target(biased):
+    """On a pair whose tokenizers cut the prompt differently the mirror's proposals are (nearly) never accepted, so a
+    sampling test over it would run the rejection path alone; the biased pair's draft is accepted often, yet not
+    always (both paths run), and its samples follow the target. This is the pair `lossless_sweep --sampling` builds."""
+    pair, mirror = biased
+    found = {}
+    for name, models in (("biased", pair), ("mirror", mirror)):
+        taus = []
+        found[name] = sampled_pvalue(models, "tli", SETTINGS["T1-top_k3"], taus=taus), sum(taus) / len(taus)
+    assert found["mirror"][1] < 1.1 < 1.5 < found["biased"][1] < 2.8  # k = 2: tau 3 would be every proposal
+    assert found["biased"][0] > ALPHA
+
+
+@pytest.mark.parametrize("alg,setting", [("tli", "T1-top_k3"), pytest.param("slem", "T1-top_k3", marks=pytest.mark.slow),
+                                         pytest.param("slrs", "T0.7-top_p0.95", marks=pytest.mark.slow)])
+def test_a_biased_pair_shows_each_verifier_bug(biased, alg, setting, monkeypatch):
+    """The controls on the biased pair: its draft puts most of q outside the intersection, so TLI verifying with the
+    unrenormalized restriction fails; SLRS taking q(d) for psi(t) fails where the draft's nucleus holds several ids
+    that start with one target token (top-p; its top 3 rarely do); SLEM accepting every proposal fails too."""
+    CONTROLS[alg][1](monkeypatch)
+    assert sampled_pvalue(biased[0], alg, SETTINGS[setting]) < ALPHA

@@ -7,7 +7,7 @@ import collections
 
 import pytest
 import torch
-from _support import chi_square_pvalue, exact_distribution, mirrored_pairs
+from _support import mirrored_pairs
 from scipy.stats import chisquare
 
 import xvocab
@@ -15,6 +15,7 @@ from xvocab import rounds
 from xvocab.alignment.intersection import NO_TOKEN
 from xvocab.alignment.tables import pair_tables, same_vocabulary
 from xvocab.engine import generate
+from xvocab.lossless import chi_square_pvalue, exact_distribution
 from xvocab.roles import prompt_ids
 from xvocab.sampling import SamplingParams, logits_to_probs, sample
 from xvocab.verify import (exact_match_verify, exact_match_verify_reference, greedy_verify, rejection_verify,

@@ -601,14 +601,16 @@ def test_claims_exclude_a_live_holder_and_take_over_a_dead_one(tmp_path):
 
 
 def test_the_lossless_sweep_passes_and_fails_when_verification_is_wrong(monkeypatch, capsys):
-    """experiments.lossless_sweep on one pair: no failure with the real engine; with a verifier that accepts every
-    proposal (the control), it reports failures and exits 1."""
+    """experiments.lossless_sweep on one pair: no failure with the real engine (both drafts, the biased one accepted);
+    with a verifier that accepts every proposal (the control), it reports failures and exits 1."""
     from experiments import lossless_sweep
     from xvocab import rounds
 
     monkeypatch.setattr(lossless_sweep, "PROMPTS", lossless_sweep.PROMPTS[:3])
     args = ["--families", "gpt-2", "--offsets", "1", "--max-new-tokens", "8"]
     assert lossless_sweep.main(args) == 0
+    line = capsys.readouterr().out.splitlines()[0]  # both drafts ran, and the biased one was accepted
+    assert "mirror slem tau" in line and float(line.split("biased slem tau ")[1][:4]) > 1.1
     real = rounds.verify_proposal
 
     def accept_all(logits, proposal, *a, **kw):
@@ -617,3 +619,22 @@ def test_the_lossless_sweep_passes_and_fails_when_verification_is_wrong(monkeypa
     monkeypatch.setattr(rounds, "verify_proposal", accept_all)
     assert lossless_sweep.main(args) == 1
     assert "FAIL ('gpt-2', 'llama-bpe'" in capsys.readouterr().out
+
+
+def test_the_sampling_sweep_passes_and_fails_when_tli_forgets_to_renormalize(monkeypatch, capsys):
+    """`lossless_sweep --sampling` on one pair (tli, one setting): no failure with the real engine, and the line
+    shows the draft was accepted; with tests/test_distributions.py's TLI control (the restriction not renormalized
+    where it is verified) it reports the failure and exits 1."""
+    from test_distributions import CONTROLS
+
+    from experiments import lossless_sweep
+
+    monkeypatch.setattr(lossless_sweep, "SAMPLING_ALGORITHMS", ("tli",))
+    monkeypatch.setattr(lossless_sweep, "SAMPLING_RUNS", lossless_sweep.SAMPLING_RUNS[:1])
+    args = ["--sampling", "--families", "mistral-v1", "--offsets", "3"]
+    assert lossless_sweep.main(args) == 0
+    line = capsys.readouterr().out.splitlines()[0]
+    assert line.startswith("mistral-v1 <- mpt: 0 failures; tli p>=") and float(line.split("tau ")[1][:4]) > 1.3
+    CONTROLS["tli"][1](monkeypatch)
+    assert lossless_sweep.main(args) == 1
+    assert "FAIL ('mistral-v1', 'mpt', 'tli', 'native', 'T1-top_k3'" in capsys.readouterr().out

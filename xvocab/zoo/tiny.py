@@ -4,7 +4,9 @@
 vocabulary size equals `len(tokenizer)`, with weights drawn from a generator seeded
 by `seed` (the same seed gives bit-identical weights on every machine and call).
 Random weights make no acceptance or speed claim; they make losslessness tests
-cheap on real tokenizers of any size.
+cheap on real tokenizers of any size. Drafts for them: `mirror_model` (the target
+re-expressed over another vocabulary: it agrees where both tokenizers cut text alike)
+and `biased_pair` (a target and draft that agree on any pair of tokenizers).
 """
 from __future__ import annotations
 
@@ -73,3 +75,64 @@ def mirror_model(model, model_tokenizer, tokenizer, *, seed: int = 0):
         mirror.get_output_embeddings().weight.copy_(new_out)
     mirror.config.vocab_size = n
     return mirror.eval()
+
+
+def biased_pair(target_tokenizer, draft_tokenizer, *, seed: int = 0, topic: tuple[int, int] = (24, 2),
+                lift: float = 16.0, spread: float = 1.5, base: float = 1.5, context: float = 0.05, longer: float = 1.0,
+                noise: float = 1.5):
+    """(target, draft): a tiny target and a draft over another vocabulary that agree often on ANY tokenizer pair.
+
+    Why: a mirror (`mirror_model`) agrees with its target only where the two tokenizers cut the context alike; on
+    most pairs the mirror's proposals are then never accepted and a sampling test would exercise rejection alone.
+    Here a context-free bias (in logits) dominates both models, so they agree whatever the segmentation:
+      - target: noise of std `base` on every id, and a topic of `topic` = (m shared, m' unshared) ids lifted to
+        `lift` (std `spread`), so its choices are a few dozen ids, some with no draft counterpart (the target
+        emits tokens the draft cannot propose). Half the shared ones are ids that unshared draft ids start with
+        (where SLRS's psi sums several draft ids). Its own head, scaled by `context`, adds a context-dependent part
+        of about the topic's spread: each position's law differs (a verifier reading the wrong one shows);
+      - draft: the mirror of that head, and the target's bias on shared ids; each unshared draft id gets its first
+        target token's bias plus `longer` (the draft prefers the longer spellings its vocabulary has, as a draft with
+        whole words where the target has pieces does: most of q lies outside the intersection, so TLI's
+        renormalization and SLRS's psi matter), and every id noise of std `noise` (the draft disagrees with the
+        target's order: both verifier paths run, and a verifier that trusts q where it should not shows).
+    Same seed, same pair: bit-identical models.
+    """
+    from xvocab.alignment.intersection import NO_TOKEN, intersection
+    from xvocab.alignment.tables import pair_tables
+
+    target = tiny_model(target_tokenizer, seed=seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+    vocab = intersection(target_tokenizer, draft_tokenizer)
+    n_t = len(vocab.target_to_draft)
+    shared = vocab.target_to_draft >= 0                                       # [V_target] bool
+    with torch.no_grad():
+        target.lm_head.weight.mul_(context)
+        draft = mirror_model(target, target_tokenizer, draft_tokenizer, seed=seed)
+        n = draft.lm_head.weight.shape[0]
+        d2t = torch.full((n,), NO_TOKEN)                                      # [V_draft] the same bytes
+        d2t[: len(vocab.draft_to_target)] = vocab.draft_to_target[:n]
+        first = pair_tables(target_tokenizer, draft_tokenizer, n_t, n).slrs.to_target  # [V_draft] first target token
+        hit = d2t != NO_TOKEN
+        copies = ~hit & (first != NO_TOKEN)
+        copied = torch.zeros(n_t, dtype=torch.bool)                           # [V_target] starts an unshared draft id
+        copied[first[copies]] = True
+
+        def pick(mask, m):
+            ids = mask.nonzero().flatten()
+            return ids[torch.randperm(len(ids), generator=gen)[:m]]
+
+        m, m_unshared = topic
+        lifted = pick(shared & copied, m // 2)
+        lifted = torch.cat([lifted, pick(shared & ~torch.isin(torch.arange(n_t), lifted), m - len(lifted)),
+                            pick(~shared, m_unshared)])
+        bias_t = torch.randn(n_t, generator=gen) * base                       # [V_target]
+        bias_t[lifted] = lift + torch.randn(len(lifted), generator=gen) * spread
+        bias_t[lifted[m:]] -= spread  # the unshared ones: chosen less often than the rest
+        target.lm_head.bias = torch.nn.Parameter(bias_t)
+
+        bias_d = torch.randn(n, generator=gen) * base                         # [V_draft]
+        bias_d[hit] = bias_t[d2t[hit]]
+        bias_d[copies] = bias_t[first[copies]] + longer
+        bias_d += torch.randn(n, generator=gen) * noise
+        draft.lm_head.bias = torch.nn.Parameter(bias_d)
+    return target.eval(), draft.eval()
