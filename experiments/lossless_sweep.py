@@ -11,19 +11,21 @@ token for token:
   - coupled slem at T = 1 equals coupled `ar` (the same seed), with both encodings;
   - the batched loop (xvocab.generate_batch, 4 rows at a time over all the prompts) equals `ar` on every row.
 With `--sampling` it checks distributions instead: the pair is xvocab.zoo.tiny.biased_pair (a target and a draft
-that agree often whatever the segmentation, with much of the draft's mass outside the intersection), and slem, tli
+that agree often whatever the segmentation, with most of the draft's mass outside the intersection), and slem, tli
 and slrs each sample `--samples` sequences of 3 tokens (xvocab.lossless) in both settings of xvocab.lossless.SETTINGS:
 at T = 1 with top-k 3 through `generate` with the draft's own tokenization, at T = 0.7 with top-p 0.95 through
 `generate_batch` with the aligned one. Each sample is tested against the target's exact law by the chi-square
 test of the suite (tests/test_distributions.py, whose negative controls show it rejecting each algorithm's known
-bugs); a test fails a lossless sampler with probability ALPHA = 1e-6, so the sweep's 252 together with about
-2.5e-4. Each pair's line gives the lowest p-value and the draft's mean tau per algorithm (1 would mean no
+bugs); each test fails a lossless sampler with probability ALPHA = 1e-6, so the 252 of a whole sweep together
+fail it with probability about 2.5e-4. Each pair's line gives the lowest p-value and the draft's mean tau per algorithm (1 would mean no
 proposal was ever accepted and only the rejection path ran).
 It prints one line per pair (with greedy slem's mean tau per draft, or the sampling summary) and every failure, and
 exits 1 if any.
 
 Why: the test suite checks 8 pairs on 3 prompts; a new tokenizer family, or text with scripts, emoji, tabs, CRLF
-and long digit runs, is where a boundary bug would hide. The sweep is the wide net: minutes on one CPU thread.
+and long digit runs, is where a boundary bug would hide. The sweep is the wide net: about 35 minutes on one CPU
+thread for all 42 pairs (greedy), about two hours with `--sampling` (split the families over processes with
+`--families`; EXPERIMENTS.md, twenty-fifth session).
 """
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ import torch
 import xvocab
 from xvocab.engine import generate
 from xvocab.lossless import ALPHA, SETTINGS, sampled_pvalue
-from xvocab.zoo.tiny import biased_pair, mirror_model
+from xvocab.zoo.tiny import GREEDY_BIAS, biased_pair, mirror_model
 
 # Scripts, emoji with modifiers, tabs and superscripts, CRLF and digit runs, combining-looking accents and curly
 # quotes, one character, whitespace alone.
@@ -46,19 +48,13 @@ PROMPTS = ["  def f(x):\n\treturn x**2  # ½ ²", "日本語のテキスト、�
 MODEL_TOKENIZERS = ["gemma-3-270m", "smollm2-135m"]  # the zoo models' own tokenizers, beside the families
 
 
-# xvocab.zoo.tiny.biased_pair set for greedy text: the target's own head (context) varies its choices, the draft's
-# noise is small and it prefers the target's spellings (longer < 0), so it is accepted on every pair (tau 1.1-4 of
-# 5 on the sweep's prompts, where the mirror's is about 1 on most pairs: their tokenizers cut the prompt apart).
-GREEDY_BIASED = dict(longer=-1.0, noise=0.3, context=0.3, spread=1.0)
-
-
 def greedy_drafts(target_tokenizer, draft_tokenizer, seed: int):
     """(name, target, draft) of the greedy checks: a tiny target with its mirror (long accepted runs where the two
     tokenizers cut text alike), and the biased pair (accepted on any pair, through text the target writes from a
     few dozen favoured ids: repeats and merges across token boundaries)."""
     target = xvocab.zoo.tiny_model(target_tokenizer, seed=seed)
     yield "mirror", target, mirror_model(target, target_tokenizer, draft_tokenizer)
-    yield ("biased", *biased_pair(target_tokenizer, draft_tokenizer, seed=seed, **GREEDY_BIASED))
+    yield ("biased", *biased_pair(target_tokenizer, draft_tokenizer, seed=seed, **GREEDY_BIAS))
 
 
 def check_pair(target_name: str, draft_name: str, *, seed: int, max_new_tokens: int) -> tuple[list[tuple], str]:

@@ -40,7 +40,7 @@ import xvocab
 from xvocab import engine, rounds
 from xvocab.algorithms.common import Proposal
 from xvocab.lossless import ALPHA, N, PROMPT, SETTINGS, TOKENS, exact_distribution, sampled_pvalue
-from xvocab.sampling import SamplingParams, logits_to_probs
+from xvocab.sampling import logits_to_probs
 from xvocab.zoo.tiny import biased_pair, mirror_model
 
 # (target tokenizer, draft tokenizer, extra target head rows): vocabularies with missing bytes (starcoder,

@@ -77,6 +77,12 @@ def mirror_model(model, model_tokenizer, tokenizer, *, seed: int = 0):
     return mirror.eval()
 
 
+# biased_pair set for greedy text: the target's own head varies its choices more (context), the draft's noise is
+# small and it prefers the target's spellings (longer < 0), so its proposals are accepted on any pair (tau 1.1-4 of
+# 5 at k = 4 on lossless_sweep's prompts) through text the target writes from a few dozen ids (repeats, merges).
+GREEDY_BIAS = dict(longer=-1.0, noise=0.3, context=0.3, spread=1.0)
+
+
 def biased_pair(target_tokenizer, draft_tokenizer, *, seed: int = 0, topic: tuple[int, int] = (24, 2),
                 lift: float = 16.0, spread: float = 1.5, base: float = 1.5, context: float = 0.05, longer: float = 1.0,
                 noise: float = 1.5):
@@ -88,8 +94,8 @@ def biased_pair(target_tokenizer, draft_tokenizer, *, seed: int = 0, topic: tupl
       - target: noise of std `base` on every id, and a topic of `topic` = (m shared, m' unshared) ids lifted to
         `lift` (std `spread`), so its choices are a few dozen ids, some with no draft counterpart (the target
         emits tokens the draft cannot propose). Half the shared ones are ids that unshared draft ids start with
-        (where SLRS's psi sums several draft ids). Its own head, scaled by `context`, adds a context-dependent part
-        of about the topic's spread: each position's law differs (a verifier reading the wrong one shows);
+        (where SLRS's psi sums several draft ids). Its own head, scaled by `context`, adds a smaller
+        context-dependent part: each position's law differs (a verifier reading the wrong one shows);
       - draft: the mirror of that head, and the target's bias on shared ids; each unshared draft id gets its first
         target token's bias plus `longer` (the draft prefers the longer spellings its vocabulary has, as a draft with
         whole words where the target has pieces does: most of q lies outside the intersection, so TLI's
@@ -122,12 +128,13 @@ def biased_pair(target_tokenizer, draft_tokenizer, *, seed: int = 0, topic: tupl
             return ids[torch.randperm(len(ids), generator=gen)[:m]]
 
         m, m_unshared = topic
-        lifted = pick(shared & copied, m // 2)
-        lifted = torch.cat([lifted, pick(shared & ~torch.isin(torch.arange(n_t), lifted), m - len(lifted)),
-                            pick(~shared, m_unshared)])
+        favoured = pick(shared & copied, m // 2)
+        favoured = torch.cat([favoured, pick(shared & ~torch.isin(torch.arange(n_t), favoured), m - len(favoured))])
+        rare = pick(~shared, m_unshared)                                      # the target emits, the draft cannot
+        lifted = torch.cat([favoured, rare])
         bias_t = torch.randn(n_t, generator=gen) * base                       # [V_target]
         bias_t[lifted] = lift + torch.randn(len(lifted), generator=gen) * spread
-        bias_t[lifted[m:]] -= spread  # the unshared ones: chosen less often than the rest
+        bias_t[rare] -= spread                                                # chosen less often than the rest
         target.lm_head.bias = torch.nn.Parameter(bias_t)
 
         bias_d = torch.randn(n, generator=gen) * base                         # [V_draft]
