@@ -20,6 +20,7 @@ import collections
 import torch
 from scipy.stats import chisquare
 
+from xvocab.errors import ConfigError
 from xvocab.roles import prompt_ids
 from xvocab.sampling import SamplingParams, logits_to_probs
 
@@ -93,7 +94,7 @@ def sampled_pvalue(models, algorithm: str, params: SamplingParams, *, prompt: st
     target, tt, _, _ = models
     exact = exact_distribution(target, tt, prompt, params, tokens)
     if len(exact) <= 3:
-        raise ValueError(f"the target's law of its first {tokens} tokens has {len(exact)} sequences: too few "
+        raise ConfigError(f"the target's law of its first {tokens} tokens has {len(exact)} sequences: too few "
                          "real choices for a sampling test; use a flatter target, a higher temperature or a "
                          "larger top_k")
     counts = sampled_counts(models, algorithm, params, prompt=prompt, n=n, tokens=tokens, **kw)
