@@ -17,8 +17,8 @@ at T = 1 with top-k 3 through `generate` with the draft's own tokenization, at T
 `generate_batch` with the aligned one. Each sample is tested against the target's exact law by the chi-square
 test of the suite (tests/test_distributions.py, whose negative controls show it rejecting each algorithm's known
 bugs); each test fails a lossless sampler with probability ALPHA = 1e-6, so the 252 of a whole sweep together
-fail it with probability about 2.5e-4. Each pair's line gives the lowest p-value and the draft's mean tau per algorithm (1 would mean no
-proposal was ever accepted and only the rejection path ran).
+fail it with probability about 2.5e-4. Each pair's line gives the lowest p-value and the draft's mean tau per
+algorithm (1 would mean no proposal was ever accepted and only the rejection path ran).
 It prints one line per pair (with greedy slem's mean tau per draft, or the sampling summary) and every failure, and
 exits 1 if any.
 
@@ -38,7 +38,7 @@ import torch
 
 import xvocab
 from xvocab.engine import generate
-from xvocab.lossless import ALPHA, SETTINGS, sampled_pvalue
+from xvocab.lossless import ALPHA, PROMPT, SETTINGS, TOKENS, exact_distribution, sampled_pvalue
 from xvocab.zoo.tiny import GREEDY_BIAS, biased_pair, mirror_model
 
 # Scripts, emoji with modifiers, tabs and superscripts, CRLF and digit runs, combining-looking accents and curly
@@ -97,12 +97,15 @@ def check_pair_sampling(target_name: str, draft_name: str, *, seed: int, samples
     algorithm."""
     tt, dt = xvocab.zoo.tokenizer(target_name), xvocab.zoo.tokenizer(draft_name)
     target, draft = biased_pair(tt, dt, seed=seed)
+    # The target's exact law per setting, enumerated once for all three algorithms.
+    exact = {setting: exact_distribution(target, tt, PROMPT, SETTINGS[setting], TOKENS)
+             for setting, _, _ in SAMPLING_RUNS}
     fails, summary = [], []
     for alg in SAMPLING_ALGORITHMS:
         pvalues, taus = [], []
         for setting, encoding, batch in SAMPLING_RUNS:
             p = sampled_pvalue((target, tt, draft, dt), alg, SETTINGS[setting], n=samples, batch=batch,
-                               draft_encoding=encoding, taus=taus)
+                               draft_encoding=encoding, taus=taus, exact=exact[setting])
             pvalues.append(p)
             if p <= ALPHA:
                 fails.append((alg, encoding + (" batched" if batch else ""), setting, f"p={p:.2g}"))

@@ -89,10 +89,12 @@ def sampled_counts(models, algorithm: str, params: SamplingParams, *, prompt: st
 
 
 def sampled_pvalue(models, algorithm: str, params: SamplingParams, *, prompt: str = PROMPT, n: int = N,
-                   tokens: int = TOKENS, **kw) -> float:
-    """p-value of `sampled_counts(...)` against the target's exact law (`exact_distribution`)."""
+                   tokens: int = TOKENS, exact: dict | None = None, **kw) -> float:
+    """p-value of `sampled_counts(...)` against the target's exact law (`exact_distribution`; pass it as `exact` to
+    test several algorithms against one enumeration: over a top-p nucleus it takes seconds)."""
     target, tt, _, _ = models
-    exact = exact_distribution(target, tt, prompt, params, tokens)
+    if exact is None:
+        exact = exact_distribution(target, tt, prompt, params, tokens)
     if len(exact) <= 3:
         raise ConfigError(f"the target's law of its first {tokens} tokens has {len(exact)} sequences: too few "
                          "real choices for a sampling test; use a flatter target, a higher temperature or a "
