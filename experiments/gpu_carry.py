@@ -1,8 +1,8 @@
 """What a GPU session brings with it: packed here (`pack`), checked there before anything runs (`preflight`).
 
 A lent GPU machine (the device tool) has Python 3.12, torch 2.11 and transformers 5.17, no network, and takes
-the working tree plus named ignored paths, 64 MiB in all. transformers 5.17's models take their KV cache as
-`past_key_values` and would silently decode without one (xvocab.kv.check_cache_argument), so the session
+the working tree plus named ignored paths, 64 MiB in all. xvocab runs under 5.17 (its models take the KV cache
+as `past_key_values`, which xvocab.kv.cache_argument reads), but the figures were measured under 5.24, so the session
 carries transformers 5.24 (and the huggingface-hub it needs), as wheels for the machine's Python, installed
 there without byte-compiling; and the converted tokenizers the GPU tests and experiments.gpu_bench read, as
 one xz archive of the xvocab cache (a missing one would send the zoo to the network: the session sets

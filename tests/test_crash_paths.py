@@ -153,12 +153,12 @@ def test_models_whose_cache_cannot_roll_back_are_refused():
 
 
 class _OldForward(torch.nn.Module):
-    """A stand-in for a transformers 5.0-5.23 model: the KV cache is `past_key_values`, and an unknown `cache=`
-    would vanish into **kwargs (every forward then sees only its new tokens, silently)."""
+    """A transformers 5.0-5.23 model's forward: the KV cache is `past_key_values` (`drops`: a wrapper that takes
+    any keyword and passes no cache on, so every forward sees only its new tokens, silently)."""
 
-    def __init__(self, inner):
+    def __init__(self, inner, drops: bool = False):
         super().__init__()
-        self.inner, self.config = inner, inner.config
+        self.inner, self.config, self.drops = inner, inner.config, drops
 
     def get_input_embeddings(self):
         return self.inner.get_input_embeddings()
@@ -168,23 +168,53 @@ class _OldForward(torch.nn.Module):
 
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None, use_cache=None,
                 logits_to_keep=0, **kwargs):
+        cache = None if self.drops else past_key_values
         return self.inner(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                          cache=past_key_values, use_cache=use_cache, logits_to_keep=logits_to_keep)
+                          cache=cache, use_cache=use_cache if cache is not None else False,
+                          logits_to_keep=logits_to_keep)
+
+
+class _Swallows(_OldForward):
+    """A forward naming neither cache keyword, taking **kwargs, and dropping them."""
+
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, logits_to_keep=0, **kwargs):
+        return self.inner(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                          use_cache=False, logits_to_keep=logits_to_keep)
 
 
 @pytest.mark.parametrize("cache", ["dynamic", "static", "graph"])
-def test_a_model_taking_past_key_values_is_refused_naming_the_version(qwen, cache):
+def test_a_model_taking_past_key_values_decodes_as_one_taking_cache(qwen, cache):
+    """transformers < 5.24 (vLLM's pin) names the cache past_key_values: xvocab passes it by that name, and the
+    output equals the same model called with cache=, token for token."""
+    model, tok = qwen
+    assert kv.cache_argument(_OldForward(model)) == "past_key_values" and kv.cache_argument(model) == "cache"
+    want = generate(PROMPT, target=model, target_tokenizer=tok, algorithm="ar", max_new_tokens=6, cache=cache)
+    got = generate(PROMPT, target=_OldForward(model), target_tokenizer=tok, algorithm="ar", max_new_tokens=6,
+                   cache=cache)
+    assert got.token_ids == want.token_ids and len(got.token_ids) == 6
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "static", "graph"])
+@pytest.mark.parametrize("wrapper", [lambda m: _OldForward(m, drops=True), _Swallows])
+def test_a_model_that_ignores_its_cache_is_refused_after_its_first_forward(qwen, cache, wrapper):
     from xvocab.batch_kv import BatchDecoder
 
     model, tok = qwen
-    old = _OldForward(model)
-    with pytest.raises(UnsupportedModelError, match=r"transformers>=5\.24"):
-        generate(PROMPT, target=old, target_tokenizer=tok, algorithm="ar", max_new_tokens=2, cache=cache)
-    with pytest.raises(UnsupportedModelError, match="past_key_values"):
-        BatchDecoder(old, 1)
-    # Control: the same model as it is (its forward takes cache=) decodes.
-    assert len(generate(PROMPT, target=model, target_tokenizer=tok, algorithm="ar", max_new_tokens=2,
-                        cache=cache).token_ids) == 2
+    with pytest.raises(UnsupportedModelError, match="without writing the KV cache"):
+        generate(PROMPT, target=wrapper(model), target_tokenizer=tok, algorithm="ar", max_new_tokens=2, cache=cache)
+    with pytest.raises(UnsupportedModelError, match="without writing the KV cache"):
+        BatchDecoder(wrapper(model), 1).step({0: ([1, 2, 3], [])})
+
+
+def test_a_forward_that_takes_no_cache_at_all_is_refused_by_name(qwen):
+    model, tok = qwen
+
+    class NoCache(_OldForward):
+        def forward(self, input_ids=None, attention_mask=None, position_ids=None, logits_to_keep=0):
+            return self.inner(input_ids=input_ids, use_cache=False, logits_to_keep=logits_to_keep)
+
+    with pytest.raises(UnsupportedModelError, match="takes no KV cache"):
+        generate(PROMPT, target=NoCache(model), target_tokenizer=tok, algorithm="ar", max_new_tokens=2)
 
 
 def test_the_transformers_floor_is_stated_once_in_pyproject():

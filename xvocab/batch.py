@@ -218,36 +218,54 @@ def _draft_round(live: list[_Row], algorithm: str, k: int, max_new_tokens: int,
                  d_dec: BatchDecoder | None) -> dict[int, Proposal]:
     """Every live row's proposal for this round, the draft forwards batched across rows."""
     proposals: dict[int, Proposal] = {}
-    calls, asks = {}, {}
+    calls = {}
     for r in live:
         budget = min(k, max_new_tokens - len(r.out) - 1)
         if not r.drafting or budget <= 0:
             proposals[r.index] = Proposal([])
-            continue
-        calls[r.slot] = DRAFTERS[algorithm](r.ctx, budget)
-        asks[r.slot], done = _start(calls[r.slot])
-        if done is not None:
-            proposals[r.index] = done
-            del asks[r.slot]
+        else:
+            calls[r.slot] = DRAFTERS[algorithm](r.ctx, budget)
     by_slot = {r.slot: r for r in live}
+    drafted, full = draft_in_lockstep(calls, d_dec)
+    for i in full:  # the draft's context is full: this row's target decodes on alone (still exact), as in generate
+        by_slot[i].drafting, by_slot[i].stats.draft_stopped_at = False, len(by_slot[i].out)
+    for i, proposal in drafted.items():
+        proposals[by_slot[i].index] = proposal
+    for r in live:  # proposals past the last token still to emit are never used: the bonus token covers it
+        proposals[r.index] = proposals[r.index].truncated(max_new_tokens - len(r.out) - 1)
+    return proposals
+
+
+def draft_in_lockstep(calls: dict, d_dec: BatchDecoder | None) -> tuple[dict[int, Proposal], list[int]]:
+    """Run drafter calls (xvocab.algorithms: generators, or Proposals) keyed by their rows in `d_dec` to their
+    Proposals, the draft sequences they ask about answered by ONE `d_dec` forward per drafting step across the
+    rows still drafting. A row whose next draft sequence would pass the draft's context stops there with an
+    empty Proposal and is listed second (the caller decodes it on without a draft: still exact).
+    Used by the batch loop and by xvocab.vllm's proposer (the same drafting code in both engines)."""
+    proposals: dict[int, Proposal] = {}
+    asks = {}
+    for i, call in calls.items():
+        asks[i], done = _start(call)
+        if done is not None:
+            proposals[i] = done
+            del asks[i]
+    full = []
     while asks:
         for i in [i for i, seq in asks.items() if d_dec.limit is not None and len(seq) > d_dec.limit]:
-            # The draft's context is full: this row's target decodes on alone (still exact), as in generate.
-            row = by_slot[i]
-            row.drafting, row.stats.draft_stopped_at = False, len(row.out)
-            proposals[row.index] = Proposal([])
+            full.append(i)
+            proposals[i] = Proposal([])
             del asks[i]
+        if not asks:
+            break
         logits = d_dec.step({i: (seq, []) for i, seq in asks.items()})
         nxt = {}
         for i in asks:
             nxt[i], done = _resume(calls[i], logits[i][-1])
             if done is not None:
-                proposals[by_slot[i].index] = done
+                proposals[i] = done
                 del nxt[i]
         asks = {i: seq for i, seq in nxt.items() if seq is not None}
-    for r in live:  # proposals past the last token still to emit are never used: the bonus token covers it
-        proposals[r.index] = proposals[r.index].truncated(max_new_tokens - len(r.out) - 1)
-    return proposals
+    return proposals, full
 
 
 class _NoBar:

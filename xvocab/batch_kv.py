@@ -26,7 +26,7 @@ import torch
 
 from xvocab.alignment.translate import common_prefix_length
 from xvocab.host import Upload, device_side
-from xvocab.kv import KEEP_ROWS, check_model, checked_sequence, context_limit, grow_cache, text_config
+from xvocab.kv import KEEP_ROWS, check_cache_used, check_model, checked_sequence, context_limit, grow_cache, text_config
 from xvocab.packed_linear import packed_linears
 
 
@@ -87,7 +87,7 @@ class BatchDecoder:
 
     def __init__(self, model, rows: int, capacity: int = 256, graphs: bool = False, capture: bool = True,
                  keep_rows: int = KEEP_ROWS):
-        check_model(model)
+        self.cache_argument = check_model(model)  # cache= or past_key_values=, by the model's transformers
         self.model = model
         self.n_rows = rows
         config = text_config(model)
@@ -221,9 +221,17 @@ class BatchDecoder:
         """The model over ids [b, q] at slots [b, q] (the plan set), masks built from the slots; logits of `keep`."""
         mask = ({t: self._mask(slots, sliding=t == "sliding_attention") for t in set(self.layer_types)}
                 if "sliding_attention" in self.layer_types else self._mask(slots, sliding=False))
-        with packed_linears(self.model):
-            return self.model(input_ids=ids, attention_mask=mask, position_ids=slots, cache=self.cache,
-                              use_cache=True, logits_to_keep=keep).logits
+        try:
+            with packed_linears(self.model):
+                logits = self.model(input_ids=ids, attention_mask=mask, position_ids=slots, use_cache=True,
+                                    logits_to_keep=keep, **{self.cache_argument: self.cache}).logits
+        except Exception as err:  # a model that dropped the cache fails on the mask, sized for the cache
+            if not self.forwards:
+                check_cache_used(self.model, self.cache, self.cache_argument, cause=err)
+            raise
+        if not self.forwards:
+            check_cache_used(self.model, self.cache, self.cache_argument)
+        return logits
 
     def _fixed(self, ids: list[list[int]], starts: list[int]) -> torch.Tensor:
         """A fixed-shape step over every row (ids [rows][q], each row's first slot): its inputs uploaded without

@@ -55,37 +55,62 @@ def context_limit(model) -> int | None:
     return int(limit) if limit else None
 
 
-# The first transformers release whose models take the KV cache as `cache=` (5.0-5.23 call it past_key_values).
-TRANSFORMERS_FLOOR = "5.24"
+# transformers 5.24 renamed the forward's KV-cache argument from `past_key_values` to `cache`; vLLM's CPU build pins
+# transformers < 5.20. xvocab passes whichever name the model's forward takes (`cache_argument`).
+CACHE_ARGUMENTS = ("cache", "past_key_values")
+TRANSFORMERS_FLOOR = "5.16.1"  # the oldest transformers xvocab runs under (vLLM 0.32's floor); pyproject states it
 
 
-def check_cache_argument(model) -> None:
-    """Refuse a model whose forward takes its KV cache under another name than `cache=`.
-
-    Models of transformers 5.0-5.23 take `past_key_values=` and swallow an unknown `cache=` into **kwargs: every
-    forward would then see only the new tokens, with no error and wrong logits (and ar, decoded the same way,
-    would still "agree" with every algorithm). A forward that names neither (a wrapper taking **kwargs) is
-    trusted to pass the keyword on.
+def cache_argument(model) -> str:
+    """The keyword `model.forward` takes its KV cache under: `cache` (transformers >= 5.24) or `past_key_values`
+    (5.0-5.23). A forward that names neither (a wrapper taking **kwargs) gets the name the installed transformers'
+    own models take, and is checked after its first forward (`check_cache_used`). A forward that can take no
+    cache at all is refused: xvocab would feed it only new tokens, each forward forgetting the ones before.
     """
     import inspect
 
     try:
         params = inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):  # a forward without a signature: nothing to check
-        return
-    if "cache" not in params and "past_key_values" in params:
+    except (TypeError, ValueError):  # a forward without a signature: the installed transformers' name
+        params = {"kwargs": inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)}
+    for name in CACHE_ARGUMENTS:
+        if name in params:
+            return name
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        raise UnsupportedModelError(f"{type(model).__name__}.forward takes no KV cache (neither "
+                                    f"{' nor '.join(CACHE_ARGUMENTS)}), so each forward would see only its new "
+                                    f"tokens; decode with a transformers causal LM (AutoModelForCausalLM)")
+    return installed_cache_argument()
+
+
+def installed_cache_argument() -> str:
+    """The KV-cache keyword the installed transformers' models take."""
+    import transformers
+    from packaging.version import Version
+
+    return "cache" if Version(transformers.__version__).release >= (5, 24) else "past_key_values"
+
+
+def check_cache_used(model, cache, argument: str, cause: Exception | None = None) -> None:
+    """Refuse a model that ran a forward without writing its KV cache: it swallowed `argument=` (a wrapper that
+    drops it, or a name its transformers does not know), and every later forward would see only its new
+    tokens, silently: wrong logits, and ar decoded the same way would still "agree" with every algorithm.
+    `cause`: the error the forward raised, if it failed (kept as the refusal's cause)."""
+    if not any(getattr(layer, "is_initialized", True) for layer in getattr(cache, "layers", ())):
         import transformers
 
         raise UnsupportedModelError(
-            f"{type(model).__name__}.forward takes its KV cache as past_key_values (transformers "
-            f"{transformers.__version__}); xvocab passes cache=, which this version would silently ignore. "
-            f"Install transformers>={TRANSFORMERS_FLOOR}: pip install 'transformers>={TRANSFORMERS_FLOOR},<6'")
+            f"{type(model).__name__} ran a forward without writing the KV cache passed as {argument}= "
+            f"(transformers {transformers.__version__}): it would silently decode from its newest tokens alone. "
+            f"Pass the cache through to the model (its forward's {' or '.join(CACHE_ARGUMENTS)} argument), or decode "
+            f"the transformers model itself") from cause
 
 
-def check_model(model) -> None:
-    """Everything that must hold of a model before xvocab decodes with it (check_rollback, check_cache_argument)."""
+def check_model(model) -> str:
+    """Everything that must hold of a model before xvocab decodes with it (check_rollback, cache_argument);
+    returns the keyword its forward takes the KV cache under."""
     check_rollback(model)
-    check_cache_argument(model)
+    return cache_argument(model)
 
 
 def grow_cache(cache, n: int, capacity: int, limit: int | None) -> int:
@@ -139,7 +164,7 @@ class Decoder:
     """
 
     def __init__(self, model, cache: str = "dynamic", capacity: int | None = None):
-        check_model(model)
+        self.cache_argument = check_model(model)
         if cache not in CACHES:
             raise ValueError(f"cache={cache!r}; choose one of {', '.join(CACHES)}")
         self.model = model
@@ -187,7 +212,9 @@ class Decoder:
         # Only the rows the caller reads get logits: a prompt's prefill would otherwise project every
         # position onto the vocabulary (for Gemma 3, 262k x 640 multiply-adds per prompt token).
         with packed_linears(self.model):  # on a CPU, linear layers from prepacked weights (same products)
-            out = self.model(input_ids=ids, cache=self.cache, use_cache=True, logits_to_keep=rows)
+            out = self.model(input_ids=ids, use_cache=True, logits_to_keep=rows, **{self.cache_argument: self.cache})
+        if not self.forwards:
+            check_cache_used(self.model, self.cache, self.cache_argument)
         self.forwards += 1
         self.tokens_fed += len(new)
         self.ids = seq

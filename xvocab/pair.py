@@ -101,13 +101,23 @@ def prepare(target, target_tokenizer, draft=None, draft_tokenizer=None, *, algor
     `algorithm` "sd" requires one shared vocabulary (VocabularyMismatchError otherwise). `draft_encoding` None
     takes what the draft's config says it was trained on, else `native`; one shared vocabulary always encodes
     natively (the two codecs are then one)."""
+    check_tokenizer("target", target_tokenizer)
+    return prepare_for_target(target_tokenizer, eos_ids(target, target_tokenizer), output_vocab(target),
+                              context_limit(target),  # from the text config: a multimodal one (Gemma 3's) nests it
+                              draft, draft_tokenizer, algorithm=algorithm, draft_encoding=draft_encoding)
+
+
+def prepare_for_target(target_tokenizer, eos: tuple[int, ...], target_vocab: int, context: int | None, draft=None,
+                       draft_tokenizer=None, *, algorithm: str | None = None,
+                       draft_encoding: str | None = None) -> Pair:
+    """`prepare` from what it reads of the target model (its EOS ids, output-head width and context limit) rather
+    than the model: another engine holds the target (xvocab.vllm), xvocab only its tokenizer."""
     if draft_encoding not in (None, *ENCODINGS):
         raise ConfigError(f"draft_encoding={draft_encoding!r}; choose one of {', '.join(ENCODINGS)} "
                           f"(or None: the draft's own)")
     check_tokenizer("target", target_tokenizer)
-    eos = eos_ids(target, target_tokenizer)
     base = dict(target_tokenizer=target_tokenizer, target_codec=codec(target_tokenizer), eos=frozenset(eos),
-                context=context_limit(target))  # from the text config: a multimodal config (Gemma 3's) nests it
+                context=context)
     if draft is None:
         return Pair(**base)
     check_tokenizer("draft", draft_tokenizer)
@@ -116,8 +126,8 @@ def prepare(target, target_tokenizer, draft=None, draft_tokenizer=None, *, algor
         raise VocabularyMismatchError("algorithm 'sd' needs one shared vocabulary but the tokenizers differ; "
                                       "use 'slem', 'tli' or 'slrs' for heterogeneous vocabularies")
     encoding = "native" if same else draft_encoding or model_encoding(draft)
-    tables = pair_tables(target_tokenizer, draft_tokenizer, output_vocab(target), output_vocab(draft),
-                         eos, eos_ids(draft, draft_tokenizer), same=same)
+    tables = pair_tables(target_tokenizer, draft_tokenizer, target_vocab, output_vocab(draft),
+                         tuple(eos), eos_ids(draft, draft_tokenizer), same=same)
     return Pair(**base, draft_tokenizer=draft_tokenizer, same_vocab=same,
                 draft_codec=draft_codec(target_tokenizer, draft_tokenizer, encoding),
                 tables=tables.to(head_device(draft)))

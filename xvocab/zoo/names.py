@@ -19,7 +19,8 @@ from xvocab.zoo.cache import check_name, is_external
 
 
 def checkpoint_tokenizer(path: str):
-    """The tokenizer of a checkpoint directory or hub id: its `xvocab_tokenizer` if named, else its own files."""
+    """The tokenizer of a checkpoint directory or hub id: its `xvocab_tokenizer` if named, else a zoo conversion it
+    holds (`tokenizer.json` with `roles.json`: a zoo checkpoint or serving directory), else its own files."""
     from transformers import AutoTokenizer
 
     config = Path(path) / "config.json"
@@ -27,6 +28,8 @@ def checkpoint_tokenizer(path: str):
         name = json.loads(config.read_text()).get("xvocab_tokenizer")
         if name:
             return tokenizer(name)
+    if (Path(path) / "roles.json").exists() and (Path(path) / "tokenizer.json").exists():
+        return tokenizers.load_converted(Path(path))
     return AutoTokenizer.from_pretrained(path)
 
 

@@ -10,6 +10,8 @@ and `biased_pair` (a target and draft that agree on any pair of tokenizers).
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 
@@ -85,7 +87,7 @@ GREEDY_BIAS = dict(longer=-1.0, noise=0.3, context=0.3, spread=1.0)
 
 def biased_pair(target_tokenizer, draft_tokenizer, *, seed: int = 0, topic: tuple[int, int] = (24, 2),
                 lift: float = 16.0, spread: float = 1.5, base: float = 1.5, context: float = 0.05, longer: float = 1.0,
-                noise: float = 1.5):
+                noise: float = 1.5, n_heads: int = 4):
     """(target, draft): a tiny target and a draft over another vocabulary that agree often on ANY tokenizer pair.
 
     Why: a mirror (`mirror_model`) agrees with its target only where the two tokenizers cut the context alike; on
@@ -101,12 +103,13 @@ def biased_pair(target_tokenizer, draft_tokenizer, *, seed: int = 0, topic: tupl
         whole words where the target has pieces does: most of q lies outside the intersection, so TLI's
         renormalization and SLRS's psi matter), and every id noise of std `noise` (the draft disagrees with the
         target's order: both verifier paths run, and a verifier that trusts q where it should not shows).
+    `n_heads`: the models' attention heads (vLLM's CPU attention takes head sizes of 32 and up: n_heads=2).
     Same seed, same pair: bit-identical models.
     """
     from xvocab.alignment.intersection import NO_TOKEN, intersection
     from xvocab.alignment.tables import pair_tables
 
-    target = tiny_model(target_tokenizer, seed=seed)
+    target = tiny_model(target_tokenizer, seed=seed, n_heads=n_heads)
     gen = torch.Generator().manual_seed(seed + 1)
     vocab = intersection(target_tokenizer, draft_tokenizer)
     n_t = len(vocab.target_to_draft)
@@ -143,3 +146,96 @@ def biased_pair(target_tokenizer, draft_tokenizer, *, seed: int = 0, topic: tupl
         bias_d += torch.randn(n, generator=gen) * noise
         draft.lm_head.bias = torch.nn.Parameter(bias_d)
     return target.eval(), draft.eval()
+
+
+def fold_head_bias(model, *, width: int = 8, strength: float = 0.02):
+    """A LlamaForCausalLM without an output bias that carries `model`'s (biased_pair's) in its weights, so that an
+    engine whose Llama has no head bias (vLLM) serves what biased_pair designs: a pair that agrees on any tokenizers.
+
+    How: `width` hidden dimensions are added; the embeddings write a constant in the first (no layer writes to the
+    new dimensions: zero rows in o_proj and down_proj, zero columns wherever a layer reads), so the residual stream
+    carries it to the final norm, where the head reads the bias from it (lm_head column = bias / its normalized
+    value). The constant is `strength` times the residual stream's typical norm, so RMS normalization still scales
+    the rest alike at every position; the result is a close relative of `model`, not a copy (its logits differ a
+    little), which is all a test over the served model needs: the same weights on both sides of every comparison.
+    Same model in, bit-identical model out.
+    """
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = model.config
+    d, v = config.hidden_size, config.vocab_size
+    d_new = d + width
+    bias = model.lm_head.bias.detach() if model.lm_head.bias is not None else torch.zeros(v)
+    # The residual stream's typical norm at each RMS norm's input, over random text (seeded): the constant is
+    # `strength` times the largest (the final norm's), and each norm's weights are scaled to undo, at its typical
+    # input, the shrinking the constant causes.
+    seen: dict[str, list[float]] = {}
+    hooks = [m.register_forward_hook(lambda m, i, o, n=n: seen.setdefault(n, []).append(float(i[0].norm(dim=-1).mean())))
+             for n, m in model.named_modules() if n.endswith("norm")]
+    with torch.no_grad():
+        model(torch.randint(0, v, (4, 64), generator=torch.Generator().manual_seed(0)))
+    for h in hooks:
+        h.remove()
+    typical = {n: sum(x) / len(x) for n, x in seen.items()}
+    constant = strength * min(typical.values())
+    kept = constant / (constant ** 2 + typical["model.norm"] ** 2) ** 0.5 * d_new ** 0.5  # the constant, normalized
+    kw = config.to_dict() | dict(hidden_size=d_new, head_dim=config.hidden_size // config.num_attention_heads)
+    for key in ("architectures", "transformers_version", "dtype", "torch_dtype", "_name_or_path"):
+        kw.pop(key, None)
+    with torch.device("cpu"):
+        new = LlamaForCausalLM(LlamaConfig(**kw))
+    old = dict(model.named_parameters())
+
+    def widen(w, rows: bool, cols: bool):
+        out = torch.zeros((w.shape[0] + (width if rows else 0),) + ((w.shape[1] + (width if cols else 0),)
+                                                                     if w.ndim == 2 else ()))
+        out[tuple(slice(0, n) for n in w.shape)] = w
+        return out
+
+    with torch.no_grad():
+        for name, p in new.named_parameters():
+            w = old[name].detach()
+            if name == "model.embed_tokens.weight":
+                p.copy_(widen(w, False, True))
+                p[:, d] = constant
+            elif name == "lm_head.weight":
+                p.copy_(widen(w, False, True))
+                p[:, d] = bias / kept
+            elif name.endswith("norm.weight"):
+                r = typical[name.removesuffix(".weight")]
+                p.copy_(torch.cat([w * ((d / d_new) * (constant ** 2 + r ** 2) / r ** 2) ** 0.5, torch.ones(width)]))
+            elif name.endswith(("o_proj.weight", "down_proj.weight")):
+                p.copy_(widen(w, True, False))
+            elif name.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight", "gate_proj.weight",
+                                "up_proj.weight")):
+                p.copy_(widen(w, False, True))
+            else:
+                raise ValueError(f"fold_head_bias: unexpected parameter {name} (a LlamaForCausalLM from tiny_model)")
+    new.generation_config = model.generation_config
+    return new.eval()
+
+
+def servable_pair(target_tokenizer: str, draft_tokenizer: str, directory, *, seed: int = 0) -> tuple[Path, Path]:
+    """(target_dir, draft_dir): biased_pair's greedy pair for two zoo tokenizers, folded (`fold_head_bias`) and saved
+    under `directory` as checkpoints another engine serves (xvocab.zoo.serving: tokenizer files with roles, EOS).
+    Two heads of 32 dimensions (the smallest head vLLM's CPU attention takes). Built once per directory: written
+    whole or not at all."""
+    from xvocab.roles import eos_ids
+    from xvocab.zoo.cache import atomic_dir
+    from xvocab.zoo.names import tokenizer
+    from xvocab.zoo.serving import write_tokenizer_files
+
+    root = Path(directory) / f"{target_tokenizer}--{draft_tokenizer}-seed{seed}"
+    if not (root / "draft" / "tokenizer_config.json").exists():
+        tt, dt = tokenizer(target_tokenizer), tokenizer(draft_tokenizer)
+        target, draft = biased_pair(tt, dt, seed=seed, n_heads=2, **GREEDY_BIAS)
+        for model, tok in ((target, tt), (draft, dt)):  # (a mirror keeps its target's special ids)
+            for role in ("bos", "eos", "pad"):
+                setattr(model.config, f"{role}_token_id", getattr(tok, f"{role}_token_id"))
+                setattr(model.generation_config, f"{role}_token_id", getattr(tok, f"{role}_token_id"))
+        with atomic_dir(root) as tmp:
+            for name, model, tok in (("target", fold_head_bias(target), tt), ("draft", fold_head_bias(draft), dt)):
+                (tmp / name).mkdir()
+                model.save_pretrained(tmp / name)
+                write_tokenizer_files(tmp / name, tok, eos_ids(model, tok))
+    return root / "target", root / "draft"

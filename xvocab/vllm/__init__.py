@@ -1,0 +1,47 @@
+"""xvocab inside vLLM: its cross-vocabulary drafting (SLEM, TLI) as vLLM's `custom_class` proposer.
+
+    from vllm import LLM
+    import xvocab.vllm
+    llm = LLM(model=TARGET_DIR, **xvocab.vllm.engine_args(draft="smollm2-135m", algorithm="slem", k=4))
+
+    vllm serve TARGET_DIR --speculative-config '{"method": "custom_class", "model": "xvocab.vllm.Proposer",
+        "num_speculative_tokens": 4}' --additional-config '{"xvocab": {"draft": "smollm2-135m"}}'
+
+Importing this package does not import vLLM (the proposer imports only xvocab and torch): xvocab's own
+environment can read it, and vLLM's workers import `xvocab.vllm.Proposer` by that path.
+"""
+from xvocab.vllm.proposer import Proposer
+from xvocab.vllm.settings import KEY, Settings
+
+CLASS_PATH = "xvocab.vllm.Proposer"
+
+
+def engine_args(*, draft: str, k: int = 4, **settings) -> dict:
+    """The keyword arguments that make a vLLM engine (vllm.LLM or EngineArgs) draft with xvocab: vLLM's
+    speculative_config naming the proposer, and xvocab's settings (xvocab.vllm.settings.Settings: algorithm,
+    draft_encoding, draft_dtype, draft_confidence, draft_window, target_tokenizer, max_rows)."""
+    return {"speculative_config": {"method": "custom_class", "model": CLASS_PATH, "num_speculative_tokens": k},
+            "additional_config": {KEY: {"draft": draft, **settings}}}
+
+
+def worker_stats(worker) -> dict:
+    """The proposer's stats() in a vLLM worker: `llm.collective_rpc(xvocab.vllm.worker_stats)` (a callable sent
+    to the workers needs VLLM_ALLOW_INSECURE_SERIALIZATION=1)."""
+    drafter = getattr(getattr(worker, "model_runner", None), "drafter", None)
+    return drafter.stats() if isinstance(drafter, Proposer) else {}
+
+
+def stats_delta(before: dict, after: dict) -> dict:
+    """What a run added to a proposer's cumulative stats (two worker_stats() snapshots): counts and seconds as
+    differences, tau and per-position acceptance recomputed over the run alone."""
+    out = {key: after[key] - before.get(key, 0) for key, value in after.items()
+           if isinstance(value, (int, float)) and not isinstance(value, bool)}
+    out["accepted_per_position"] = [a - b for a, b in zip(after["accepted_per_position"],
+                                                          before.get("accepted_per_position", [0] * len(after["accepted_per_position"])))]
+    out["tau"] = out["tokens"] / max(out["forwards"], 1)
+    out["per_position"] = [a / max(out["drafts"], 1) for a in out["accepted_per_position"]]
+    out["overhead_ms_per_proposed_token"] = 1e3 * out["overhead_seconds"] / max(out["proposed_tokens"], 1)
+    return out
+
+
+__all__ = ["CLASS_PATH", "Proposer", "Settings", "engine_args", "stats_delta", "worker_stats"]

@@ -1,0 +1,108 @@
+"""What xvocab's vLLM proposer is asked to do, read from vLLM's own configuration and checked before any model loads.
+
+What: vLLM builds a `custom_class` proposer from its `VllmConfig` alone, so xvocab's settings travel in vLLM's
+`additional_config` under the key "xvocab" (`LLM(..., additional_config={"xvocab": {...}})`, or
+`vllm serve ... --additional-config '{"xvocab": {...}}'`); the draft length is vLLM's own
+`num_speculative_tokens`. `Settings.from_vllm_config` reads them and refuses, with an xvocab error naming the
+fix, every configuration the proposer cannot keep lossless or cannot honour: no draft named, an unknown key,
+an algorithm vLLM's custom-class path cannot verify, or a rejection-sampling mode of vLLM's that is not exact.
+
+Why these refusals: vLLM verifies a custom proposer's tokens as point proposals (`draft_probs=None`: accept
+t with probability p(t), else resample from p without t), which is exact for any proposal that is a
+deterministic function of the committed text. SLEM and TLI with greedy drafting are; SLRS needs its psi
+distribution verified and `sd` one vocabulary (vLLM's own `draft_model` method does that). vLLM's
+"synthetic" sampler accepts by a schedule, not by p, and its "block" verifier was never checked here with
+point proposals: both refused.
+
+Invariant: a Settings value is complete and valid; every default comes from xvocab.defaults.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from xvocab import defaults
+from xvocab.alignment.aligned import ENCODINGS
+from xvocab.errors import ConfigError
+
+KEY = "xvocab"                 # the additional_config entry the settings live under
+ALGORITHMS = ("slem", "tli")   # verified by vLLM as point proposals (module docstring)
+DTYPES = ("float32", "bfloat16", "float16")
+MAX_ROWS = 32                  # draft KV rows held at once (requests beyond them decode without proposals)
+
+
+@dataclass(frozen=True)
+class Settings:
+    draft: str                                   # zoo model or drafter name, hub id or local directory
+    k: int                                       # vLLM's num_speculative_tokens: target ids proposed at most
+    algorithm: str = defaults.ALGORITHM
+    draft_steps: int | None = None               # draft tokens generated per proposal (None: k); SLEM's text may
+                                                 # take more target ids than draft tokens, cut at k
+    draft_encoding: str | None = None            # None: what the drafter was trained on (its config), else native
+    draft_dtype: str | None = None               # None: the target's dtype in vLLM
+    draft_confidence: float = defaults.DRAFT_CONFIDENCE
+    draft_window: int = defaults.DRAFT_WINDOW
+    target_tokenizer: str | None = None          # None: the served model's own (vLLM's tokenizer path)
+    max_rows: int = MAX_ROWS
+
+    @staticmethod
+    def from_vllm_config(vllm_config) -> "Settings":
+        spec = vllm_config.speculative_config
+        extra = getattr(vllm_config, "additional_config", None) or {}
+        given = dict(extra.get(KEY) or {}) if isinstance(extra, dict) else {}
+        names = [f.name for f in fields(Settings) if f.name != "k"]
+        unknown = sorted(set(given) - set(names))
+        if unknown:
+            raise ConfigError(f"additional_config['{KEY}'] has unknown key(s) {unknown}; the keys are {names}")
+        if not given.get("draft"):
+            raise ConfigError(f"no draft model named: pass additional_config={{'{KEY}': {{'draft': NAME}}}} with a zoo "
+                              f"name (python -m xvocab.zoo list), hub id or local directory; e.g. vllm serve TARGET "
+                              f"--speculative-config '{{\"method\": \"custom_class\", \"model\": "
+                              f"\"xvocab.vllm.Proposer\", \"num_speculative_tokens\": 4}}' --additional-config "
+                              f"'{{\"{KEY}\": {{\"draft\": \"smollm2-135m\"}}}}'")
+        settings = Settings(k=int(spec.num_speculative_tokens), **given)
+        settings.check()
+        return settings
+
+    def check(self) -> None:
+        if self.algorithm not in ALGORITHMS:
+            why = ("it verifies against psi, a distribution, and vLLM's custom-class path verifies point proposals"
+                   if self.algorithm == "slrs" else
+                   "one shared vocabulary is vLLM's own draft_model method" if self.algorithm == "sd" else
+                   "it is not an algorithm xvocab serves in vLLM")
+            raise ConfigError(f"algorithm={self.algorithm!r}: {why}; choose one of {', '.join(ALGORITHMS)}")
+        if self.draft_encoding not in (None, *ENCODINGS):
+            raise ConfigError(f"draft_encoding={self.draft_encoding!r}; choose one of {', '.join(ENCODINGS)}, or "
+                              f"leave it out (the drafter's own)")
+        if self.draft_dtype not in (None, *DTYPES):
+            raise ConfigError(f"draft_dtype={self.draft_dtype!r}; choose one of {', '.join(DTYPES)}, or leave it out "
+                              f"(the target's)")
+        if not 0 <= self.draft_confidence <= 1:
+            raise ConfigError(f"draft_confidence={self.draft_confidence} is outside [0, 1]; 0 always drafts k tokens")
+        for name in ("k", "max_rows"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name}={value!r} must be a positive int")
+        if self.draft_steps is not None and (isinstance(self.draft_steps, bool) or not isinstance(self.draft_steps, int)
+                                             or not 1 <= self.draft_steps <= self.k):
+            raise ConfigError(f"draft_steps={self.draft_steps!r} must be an int in [1, k={self.k}] (vLLM's "
+                              f"num_speculative_tokens bounds what is proposed; raise it to draft longer)")
+        if isinstance(self.draft_window, bool) or not isinstance(self.draft_window, int) or self.draft_window < 0:
+            raise ConfigError(f"draft_window={self.draft_window!r} must be an int >= 0 (0: the whole prompt)")
+
+
+def check_verification(spec) -> None:
+    """Refuse a vLLM speculative configuration whose verification would not keep the target's distribution."""
+    if spec is None or spec.method != "custom_class":
+        raise ConfigError("xvocab.vllm.Proposer is vLLM's custom_class proposer: pass speculative_config="
+                          "{'method': 'custom_class', 'model': 'xvocab.vllm.Proposer', 'num_speculative_tokens': K}")
+    method = getattr(spec, "rejection_sample_method", "standard")
+    if method != "standard":
+        raise ConfigError(f"speculative_config rejection_sample_method={method!r}: "
+                          + ("'synthetic' accepts proposals by a fixed schedule, not by the target's probability, "
+                             "so the output would not follow the target" if method == "synthetic" else
+                             f"{method!r} was never checked exact with point proposals")
+                          + "; use rejection_sample_method='standard' (vLLM's default)")
+    for name in ("synthetic_acceptance_rates", "synthetic_acceptance_length"):
+        if getattr(spec, name, None) is not None:
+            raise ConfigError(f"speculative_config {name} is set: synthetic acceptance does not keep the target's "
+                              f"distribution; leave it out")
