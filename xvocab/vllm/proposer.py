@@ -42,6 +42,7 @@ from xvocab.batch import draft_in_lockstep
 from xvocab.batch_kv import BatchDecoder
 from xvocab.errors import ConfigError, XVocabError
 from xvocab.pair import prepare_for_target
+from xvocab.vllm import repairs
 from xvocab.vllm.rows import Slots, follow, open_view, special_map
 from xvocab.vllm.settings import Settings, check_verification
 
@@ -92,10 +93,8 @@ class _TimedDecoder:
 class Proposer:
     """vLLM's custom_class proposer (module docstring). Built by vLLM with its VllmConfig."""
 
-    check_engine = staticmethod(check_verification)  # refuses vLLM verification modes that are not exact
-
     def __init__(self, vllm_config):
-        self.check_engine(vllm_config.speculative_config)
+        check_verification(vllm_config.speculative_config)
         self.settings = s = Settings.from_vllm_config(vllm_config)
         model_config = vllm_config.model_config
         self.max_model_len = int(model_config.max_model_len)
@@ -112,6 +111,7 @@ class Proposer:
                                               "name a zoo model or drafter (python -m xvocab.zoo list), or a local "
                                               "checkpoint directory holding its tokenizer files")
         self._check_vocabulary(served)
+        self.repaired = repairs.check_and_repair() if s.repair_vllm else []  # vLLM defects that lose p (repairs)
         self.draft = self.pair = self.decoder = None
         self.counts = dict(steps=0, rows=0, proposals=0, proposed_tokens=0, views_opened=0, rows_without_slot=0,
                            draft_context_full=0, propose_seconds=0.0, forwards=0, tokens=0, drafts=0, accepted=0,
@@ -224,4 +224,5 @@ class Proposer:
         c["overhead_seconds"] = c["propose_seconds"] - c.get("draft_seconds", 0.0)
         c["overhead_ms_per_proposed_token"] = 1e3 * c["overhead_seconds"] / max(c["proposed_tokens"], 1)
         c["settings"] = dict(vars(self.settings)) | {"draft_dtype": self.dtype, "rows": self.rows}
+        c["repaired"] = list(self.repaired)
         return c

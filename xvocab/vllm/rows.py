@@ -50,17 +50,21 @@ def special_map(pair: Pair) -> dict[int, int]:
 
 def draft_head(pair: Pair, specials: dict[int, int], head: list[int], window: int = 0) -> list[int]:
     """The draft's prompt for target ids `head`: its own special prefix, then the head's text (its view of the
-    bytes) encoded by the draft codec, a shared special where the head has one; only the last `window` ids of
-    that if `window` > 0 (xvocab.pair.Pair.draft_prompt's rule)."""
+    bytes; a SentencePiece target's dummy prefix dropped, as xvocab's own loops give the draft the prompt's text)
+    encoded by the draft codec, a shared special where the head has one; only the last `window` ids of that if
+    `window` > 0 (xvocab.pair.Pair.draft_prompt's rule)."""
     t_prefix = special_prefix(pair.target_tokenizer)
     if tuple(head[:len(t_prefix)]) == t_prefix:
         head = head[len(t_prefix):]
     table, d_codec = pair.target_codec.token_bytes, pair.draft_codec
     ids: list[int] = []
     run = bytearray()
+    dummy = pair.target_codec.prefix  # a SentencePiece target's dummy prefix (b" "): its own, not the prompt's text
     for t in head:
         b = table[t] if t < len(table) else None
         if b is not None:
+            if dummy and not ids and not run and b.startswith(dummy):
+                b = b[len(dummy):]
             run += b
         elif t in specials:
             ids += d_codec.encode_bytes(d_codec.view(bytes(run))) + [specials[t]]

@@ -43,6 +43,7 @@ class Settings:
     draft_window: int = defaults.DRAFT_WINDOW
     target_tokenizer: str | None = None          # None: the served model's own (vLLM's tokenizer path)
     max_rows: int = MAX_ROWS
+    repair_vllm: bool = True                     # repair vLLM defects that break sampled output (xvocab.vllm.repairs)
 
     @staticmethod
     def from_vllm_config(vllm_config) -> "Settings":
