@@ -11,6 +11,20 @@ PY := .venv/bin/python
 
 setup: .venv/done
 
+# vLLM's CPU build in an environment of its own: it pins transformers<5.20 (xvocab's own env takes the newest), and
+# the torchvision/torchaudio/torchcodec it pulls from PyPI break `import transformers` against the CPU torch.
+VPY := .venv-vllm/bin/python
+VLLM_ENV := LD_PRELOAD=$(CURDIR)/.venv-vllm/lib/libiomp5.so XVOCAB_REQUIRE_VLLM=1
+
+.venv-vllm/done: pyproject.toml
+	python3 -m venv .venv-vllm
+	.venv-vllm/bin/pip install --quiet torch==2.13.0
+	.venv-vllm/bin/pip install --quiet -e ".[vllm,test]"
+	.venv-vllm/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
+	touch .venv-vllm/done
+
+vllm-setup: .venv-vllm/done
+
 # Measures here, into runs/main (git-ignored, resumable), and prints the committed reference beside it.
 demo: setup
 	$(PY) -m experiments.run +experiment=main
@@ -18,15 +32,21 @@ demo: setup
 
 # Every asset first (in CI a missing one fails here), then the default suite (slow tests: -m slow) on two workers
 # (pytest-xdist; tests/conftest.py splits the cores between them, the Qwen module keeps to one worker).
-test: setup
+test: setup vllm-setup
 	$(PY) -m xvocab.zoo fetch
 	$(PY) -m pytest -q -n 2 --dist loadgroup
+	$(MAKE) --no-print-directory test-vllm
+
+# xvocab's proposer inside vLLM (tests/vllm) and the library under vLLM's transformers pin: part of `make test`.
+test-vllm: vllm-setup
+	$(VLLM_ENV) $(VPY) -m pytest -q tests/vllm
 
 # The tests marked slow (about 20 minutes on two cores): every pair, algorithm and experiment the default suite
 # samples one of, and the long real-model checks. Run before a change to the decoding loops lands.
-test-slow: setup
+test-slow: setup vllm-setup
 	$(PY) -m xvocab.zoo fetch
 	$(PY) -m pytest -q -m slow -n 2 --dist loadgroup
+	$(VLLM_ENV) $(VPY) -m pytest -q -m slow tests/vllm
 
 # What a GPU session carries (experiments/gpu_carry.py, run by experiments/gpu_session.sh there): transformers 5.24
 # and huggingface-hub wheels for the GPU machine's Python 3.12, and the converted tokenizers its tests and benchmark
@@ -34,4 +54,4 @@ test-slow: setup
 gpu-carry: setup
 	$(PY) -m experiments.gpu_carry
 
-.PHONY: setup demo test test-slow gpu-carry
+.PHONY: setup vllm-setup demo test test-vllm test-slow gpu-carry

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from xvocab.alignment.translate import common_prefix_length
-from xvocab.errors import ContextFullError, UnsupportedModelError
+from xvocab.errors import ConfigError, ContextFullError, UnsupportedModelError
 from xvocab.packed_linear import packed_linears
 
 
@@ -187,6 +187,12 @@ class Decoder:
             return DynamicCache()  # no config: all layers full (see the class docstring)
         from transformers.cache_utils import Cache, StaticLayer
 
+        if not hasattr(StaticLayer, "crop"):  # transformers < 5.24 (vLLM's pin) cannot roll a static layer back
+            import transformers
+
+            raise ConfigError(f"cache='static' rolls its buffers back by length, which transformers "
+                              f"{transformers.__version__}'s StaticLayer cannot; use cache='dynamic' or cache='graph' "
+                              f"(fixed shapes too), or transformers>=5.24")
         self.capacity = min(capacity, self.limit) if self.limit else capacity
         config = text_config(self.model)
         return Cache(layers=[StaticLayer(max_cache_len=self.capacity) for _ in range(config.num_hidden_layers)])
