@@ -16,6 +16,7 @@ the directory is written whole or not at all (xvocab.zoo.cache.atomic_dir).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -54,7 +55,9 @@ def serving_dir(name: str) -> Path:
     if not (source / "config.json").exists():
         raise FileNotFoundError(f"{source} holds no config.json: name a zoo model (python -m xvocab.zoo list) or a "
                                 f"checkpoint directory")
-    final = cache_dir() / "serving" / source.name
+    if (source / "tokenizer_config.json").exists() and (source / "generation_config.json").exists():
+        return source  # already servable as it is
+    final = cache_dir() / "serving" / f"{source.name}-{hashlib.sha1(str(source.resolve()).encode()).hexdigest()[:8]}"
     if (final / "tokenizer_config.json").exists():
         return final
     tokenizer = names.tokenizer(name) if name in models.MODELS else names.checkpoint_tokenizer(str(source))

@@ -1,0 +1,359 @@
+"""`python -m experiments.vllm_bench`: vLLM alone, vLLM's own speculative methods, vLLM with xvocab's proposer and
+xvocab's own loop, side by side on the same prompts, machine and dtype. Run it with the vLLM environment's Python
+(make vllm-setup): `.venv-vllm/bin/python -m experiments.vllm_bench ...`.
+
+What: each variant runs in a worker process of its own that holds its engine (models loaded once); the driver sends
+the prompts one at a time, interleaved: prompt i goes to every held variant before prompt i + 1, the variants'
+order rotating from prompt to prompt, so a machine that drifts moves every variant alike. Where memory does not hold
+every engine at once (`--hold`), the variants run in groups, each group interleaved with vLLM's ar, and every
+ratio is taken against the ar of its own group. One JSON line per (variant, prompt) goes to `<out>/records.jsonl`
+(xvocab.records: atomic, resumable: a rerun skips what is there), with the CPU, versions and git revision;
+`python -m experiments.vllm_bench --report <out>` prints and writes the table (`<out>/table.md`) and a figure.
+
+Variants (`--variants`; DRAFT a zoo name, drafter name or directory):
+    ar                   vLLM alone (the baseline of every ratio)
+    vllm-tli:DRAFT       vLLM's own cross-vocabulary drafting (draft_model, use_heterogeneous_vocab)
+    sd:DRAFT             vLLM's draft_model with a same-family draft
+    slem:DRAFT, tli:DRAFT  vLLM with xvocab's proposer (xvocab.vllm)
+    xvocab-ar, xvocab-slem:DRAFT, xvocab-tli:DRAFT   xvocab's own loop (xvocab.generate)
+
+Columns: tokens/s (the prompt's tokens over its wall time), TTFT, tau (emitted tokens per target forward; vLLM's
+own methods: tokens / (1 + drafts), their draft proposing at every step after the prefill, drafts from vLLM's
+spec_decode counters; xvocab's proposer: the forwards it saw; xvocab's loop: Stats.tau), acceptance per position, equal / tie / differs against ar of the same engine (xvocab.ties' bfloat16
+rule), and for xvocab's proposer the cost outside the draft's forwards per proposed token.
+
+    .venv-vllm/bin/python -m experiments.vllm_bench --dtype bfloat16 --prompts 20 --out runs/vllm_bench/bf16
+    .venv-vllm/bin/python -m experiments.vllm_bench --report runs/vllm_bench/bf16
+"""
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import sys
+import time
+from pathlib import Path
+
+DEFAULT_VARIANTS = ("ar", "vllm-tli:smollm2-135m", "slem:smollm2-135m", "tli:smollm2-135m", "slem:gemma-3-270m",
+                    "slem:qwen2.5-coder-1.5b-drafter-deepseek-coder-aligned-v4", "sd:qwen2.5-coder-0.5b",
+                    "xvocab-ar", "xvocab-slem:smollm2-135m")
+XVOCAB_LOOP = ("xvocab-ar", "xvocab-slem", "xvocab-tli")
+PROPOSER = ("slem", "tli")
+VLLM_OWN = ("vllm-tli", "sd")
+
+
+def parse(spec: str) -> tuple[str, str | None]:
+    kind, _, draft = spec.partition(":")
+    known = ("ar",) + VLLM_OWN + PROPOSER + XVOCAB_LOOP
+    if kind not in known:
+        raise SystemExit(f"variant {spec!r}: kind {kind!r} is none of {', '.join(known)}")
+    if (kind in ("ar", "xvocab-ar")) != (not draft):
+        raise SystemExit(f"variant {spec!r}: {'ar takes no draft' if draft else 'name a draft: KIND:DRAFT'}")
+    return kind, draft or None
+
+
+# ------------------------------------------------------------------ worker side: one engine per process
+
+
+def _engine(spec: str, args) -> tuple:
+    """(generate(prompt_ids, text) -> record fields, model or None) for a variant, built once in its worker."""
+    import torch
+
+    import xvocab
+    from experiments.humaneval import STOP
+    from xvocab.zoo.serving import serving_dir
+
+    kind, draft = parse(spec)
+    if kind in XVOCAB_LOOP:
+        torch.set_num_threads(args.threads)
+        target, tt = xvocab.zoo.model(args.target, dtype=args.dtype, device="cpu")
+        d_model, dt = xvocab.zoo.model(draft, dtype=args.dtype, device="cpu") if draft else (None, None)
+        algorithm = kind.removeprefix("xvocab-")
+
+        def run(ids, text):
+            kw = dict(draft=d_model, draft_tokenizer=dt) if d_model is not None else {}
+            start = time.perf_counter()
+            out = xvocab.generate(text, target=target, target_tokenizer=tt, algorithm=algorithm, k=args.k,
+                                  max_new_tokens=args.max_new_tokens, stop=list(STOP), **kw)
+            s = out.stats
+            return dict(token_ids=out.token_ids, seconds=time.perf_counter() - start, ttft=s.ttft_seconds,
+                        tau=s.tau, per_position=s.per_position_acceptance)
+        return run
+
+    import vllm
+
+    import xvocab.vllm
+    from xvocab.vllm.metrics import acceptance, spec_counts
+
+    engine = dict(model=str(serving_dir(args.target)), dtype=args.dtype, enforce_eager=True,
+                  max_model_len=args.max_model_len, max_num_seqs=1, seed=0, disable_log_stats=False)
+    if kind in PROPOSER:
+        engine |= xvocab.vllm.engine_args(draft=draft, algorithm=kind, k=args.k)
+    elif kind in VLLM_OWN:
+        engine["speculative_config"] = {"method": "draft_model", "model": str(serving_dir(draft)),
+                                        "num_speculative_tokens": args.k,
+                                        "use_heterogeneous_vocab": kind == "vllm-tli"}
+    llm = vllm.LLM(**engine)
+    params = vllm.SamplingParams(temperature=0.0, max_tokens=args.max_new_tokens, stop=list(STOP))
+
+    def run(ids, text):
+        before = spec_counts(llm) if kind in VLLM_OWN else None
+        mine = llm.collective_rpc(xvocab.vllm.worker_stats)[0] if kind in PROPOSER else None
+        start = time.perf_counter()
+        out = llm.generate([{"prompt_token_ids": ids}], params, use_tqdm=False)[0]
+        seconds = time.perf_counter() - start
+        tokens = list(out.outputs[0].token_ids)
+        metrics = getattr(out, "metrics", None)
+        rec = dict(token_ids=tokens, seconds=seconds,
+                   ttft=getattr(metrics, "first_token_latency", None) or None)
+        if kind in VLLM_OWN:  # its draft model proposes at every step after the prefill: forwards = 1 + drafts
+            rates = acceptance(before, spec_counts(llm), len(tokens))
+            rec |= dict(tau=len(tokens) / (1 + rates["drafts"]), per_position=rates["per_position"])
+        elif kind in PROPOSER:
+            run_stats = xvocab.vllm.stats_delta(mine, llm.collective_rpc(xvocab.vllm.worker_stats)[0])
+            rec |= dict(tau=len(tokens) / max(run_stats["forwards"], 1), per_position=run_stats["per_position"],
+                        overhead_ms_per_token=run_stats["overhead_ms_per_proposed_token"],
+                        draft_ms_per_forward=1e3 * run_stats["draft_seconds"] / max(run_stats["draft_forwards"], 1))
+        else:
+            rec |= dict(tau=1.0, per_position=[])
+        return rec
+    return run
+
+
+def _worker(spec: str, args, conn) -> None:
+    os.setpgrp()  # the worker leads a process group: the driver ends it with the engine processes it started
+    os.environ.setdefault("KMP_BLOCKTIME", "0")  # an idle engine's OpenMP threads must not spin on the cores
+    try:
+        run = _engine(spec, args)
+        conn.send(("ready", None))
+    except Exception as err:  # reported to the driver, which records the failure and goes on without the variant
+        conn.send(("failed", f"{type(err).__name__}: {err}"))
+        return
+    while True:
+        job = conn.recv()
+        if job is None:
+            return
+        try:
+            conn.send(("ok", run(*job)))
+        except Exception as err:
+            conn.send(("failed", f"{type(err).__name__}: {err}"))
+
+
+# ------------------------------------------------------------------ driver
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--target", default="qwen2.5-coder-1.5b")
+    parser.add_argument("--variants", nargs="+", default=list(DEFAULT_VARIANTS))
+    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    parser.add_argument("--prompts", type=int, default=20, help="the first N HumanEval problems (never trained on)")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--k", type=int, default=4)
+    parser.add_argument("--hold", type=int, default=None, help="engines held at once, ar included (default: all)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--max-model-len", type=int, default=2048)
+    parser.add_argument("--out", default="runs/vllm_bench/bf16")
+    parser.add_argument("--report", metavar="DIR", help="print and write the table of DIR's records, then exit")
+    args = parser.parse_args(argv)
+    if args.report:
+        return report(Path(args.report))
+    for spec in args.variants:
+        parse(spec)
+    if "ar" not in args.variants:
+        raise SystemExit("the variants must include ar: every ratio is taken against vLLM's ar")
+    run(args)
+    report(Path(args.out))
+
+
+def run(args) -> None:
+    from tqdm import tqdm
+
+    from xvocab import records, zoo
+    from xvocab.roles import prompt_ids
+
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{args.threads - 1}")
+    os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
+    out = Path(args.out)
+    path = out / "records.jsonl"
+    settings = dict(target=args.target, dtype=args.dtype, max_new_tokens=args.max_new_tokens, k=args.k,
+                    stop="humaneval", threads=args.threads)
+    done = {(r["variant"], r["prompt"]) for r in records.read(path) if r["settings"] == settings} \
+        if path.exists() else set()
+    problems = zoo.dataset("humaneval")[: args.prompts]
+    tt = zoo.tokenizer(args.target)
+    prompts = [(p["id"], prompt_ids(tt, p["prompt"]), p["prompt"]) for p in problems]
+    others = [v for v in args.variants if v != "ar"]
+    size = (args.hold or len(args.variants)) - 1
+    groups = [others[i:i + size] for i in range(0, len(others), max(size, 1))] or [[]]
+    env = records.environment()
+    ctx = mp.get_context("spawn")
+    for g, group in enumerate(groups):
+        variants = ["ar"] + group
+        todo = [(v, i) for i in range(len(prompts)) for v in variants if (v, prompts[i][0]) not in done or v == "ar"]
+        if all((v, prompts[i][0]) in done for v, i in todo if v != "ar") and group:
+            continue
+        workers = {}
+        for spec in variants:  # one at a time: two engines starting at once on two cores both crawl
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=_worker, args=(spec, args, child))  # (not daemonic: vLLM starts processes)
+            proc.start()
+            status, detail = parent.recv()
+            if status != "ready":
+                print(f"{spec}: could not start ({detail}); recorded and skipped", flush=True)
+                records.append(path, dict(variant=spec, prompt=None, group=g, settings=settings, failed=detail, **env))
+                proc.join(5)
+                continue
+            workers[spec] = (proc, parent)
+        if "ar" not in workers:
+            _stop(workers)
+            raise SystemExit("vLLM's ar did not start (recorded in records.jsonl): no baseline for this group")
+        try:
+            _interleave(workers, prompts, path, g, len(groups), settings, env)
+        finally:
+            _stop(workers)
+
+
+def _stop(workers: dict) -> None:
+    """End every worker and the engine processes it started (its process group): vLLM's engine core outlives a
+    worker that merely returns."""
+    import signal
+
+    for proc, conn in workers.values():
+        try:
+            conn.send(None)
+        except (BrokenPipeError, OSError):
+            pass
+    for proc, _ in workers.values():
+        proc.join(10)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.join(10)
+
+
+def _interleave(workers: dict, prompts: list, path: Path, g: int, n_groups: int, settings: dict, env: dict) -> None:
+    """Every prompt through every held variant, the order rotating from prompt to prompt (module docstring)."""
+    from tqdm import tqdm
+
+    from xvocab import records
+
+    bar = tqdm(total=len(prompts) * len(workers), desc=f"group {g + 1}/{n_groups}", unit="decode")
+    for i, (task, ids, text) in enumerate(prompts):
+        order = list(workers)
+        order = order[i % len(order):] + order[: i % len(order)]  # rotate: no variant always runs first
+        for spec in order:
+            proc, conn = workers[spec]
+            conn.send((ids, text))
+            status, rec = conn.recv()
+            bar.update(1)
+            if status != "ok":
+                print(f"{spec} on {task}: {rec}", flush=True)
+                records.append(path, dict(variant=spec, prompt=task, group=g, settings=settings, failed=rec, **env))
+                continue
+            records.append(path, dict(variant=spec, prompt=task, index=i, group=g, settings=settings, **rec, **env))
+    bar.close()
+
+
+def report(out: Path) -> None:
+    """The table of `out`'s records: per variant, pooled tokens/s, its ratio to the ar of the same group (and the
+    median per-prompt ratio), TTFT, tau, acceptance per position, equal / tie / differs against ar."""
+    import statistics
+
+    from xvocab import records
+
+    rows = [r for r in records.read(out / "records.jsonl") if not r.get("failed")]
+    failed = [r for r in records.read(out / "records.jsonl") if r.get("failed")]
+    if not rows:
+        raise SystemExit(f"no records in {out}")
+    verdicts = _verdicts(rows, out)
+    lines = [f"CPU: {rows[0]['cpu']}, {rows[0]['settings']['threads']} threads; {rows[0]['settings']['dtype']}; "
+             f"target {rows[0]['settings']['target']}; k = {rows[0]['settings']['k']}; up to "
+             f"{rows[0]['settings']['max_new_tokens']} new tokens or HumanEval's stop strings; greedy; vLLM "
+             f"{rows[0].get('vllm', '0.32.0')}, transformers {rows[0]['transformers']}, git {rows[0]['git_revision']}",
+             "", "| variant | prompts | tokens/s | vs vLLM ar (pooled) | per-prompt median | TTFT s | tau | "
+             "accepted per position | equal / tie / differs vs ar | proposer overhead ms/token |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    by = {}
+    for r in rows:
+        by.setdefault((r["group"], r["variant"]), []).append(r)
+    order = list(dict.fromkeys(r["variant"] for r in rows))
+    for variant in order:
+        for (g, v), rs in sorted(by.items()):
+            if v != variant:
+                continue
+            ar = {r["prompt"]: r for r in by.get((g, "ar"), [])}
+            tokens, seconds = sum(len(r["token_ids"]) for r in rs), sum(r["seconds"] for r in rs)
+            ar_rs = [ar[r["prompt"]] for r in rs if r["prompt"] in ar]
+            ar_tps = sum(len(r["token_ids"]) for r in ar_rs) / max(sum(r["seconds"] for r in ar_rs), 1e-9)
+            ratios = [(len(r["token_ids"]) / r["seconds"]) / (len(ar[r["prompt"]]["token_ids"]) /
+                                                              ar[r["prompt"]]["seconds"])
+                      for r in rs if r["prompt"] in ar and ar[r["prompt"]]["seconds"] > 0]
+            ttft = [r["ttft"] for r in rs if r.get("ttft")]
+            pos = [r["per_position"] for r in rs if r.get("per_position")]
+            per_pos = [sum(p[j] for p in pos) / len(pos) for j in range(len(pos[0]))] if pos else []
+            counts = verdicts.get(variant, {})
+            overhead = [r["overhead_ms_per_token"] for r in rs if r.get("overhead_ms_per_token") is not None]
+            label = f"{variant} (group {g + 1})" if variant == "ar" and len(set(r["group"] for r in rows)) > 1 \
+                else variant
+            cells = [label, str(len(rs)), f"{tokens / seconds:.2f}", f"{(tokens / seconds) / ar_tps:.2f}x",
+                     f"{statistics.median(ratios):.2f}x" if ratios else "—",
+                     f"{statistics.mean(ttft):.2f}" if ttft else "—",
+                     f"{sum(r['tau'] for r in rs) / len(rs):.2f}",
+                     " ".join(f"{x:.2f}" for x in per_pos) or "—",
+                     "—" if variant in ("ar", "xvocab-ar") else
+                     f"{counts.get('equal', 0)} / {counts.get('tie', 0)} / {counts.get('differs', 0)}",
+                     f"{statistics.mean(overhead):.2f}" if overhead else "—"]
+            lines.append("| " + " | ".join(cells) + " |")
+    for r in failed:
+        lines.append(f"\nFailed: {r['variant']} on {r['prompt']}: {r['failed']}")
+    text = "\n".join(lines) + "\n"
+    records.write_atomic(out / "table.md", text)
+    print(text)
+
+
+def _verdicts(rows: list[dict], out: Path) -> dict:
+    """{variant: {equal, tie, differs}} against ar of the same engine family (vLLM variants against vLLM's ar,
+    xvocab's loop against xvocab-ar); float32 runs need equality, bfloat16 differences are judged by xvocab.ties."""
+    from xvocab import ties
+
+    dtype = rows[0]["settings"]["dtype"]
+    ar = {(r["prompt"], r["group"]): r for r in rows if r["variant"] == "ar"}
+    own_ar = {r["prompt"]: r for r in rows if r["variant"] == "xvocab-ar"}
+    judge = None
+    out_counts: dict = {}
+    for r in rows:
+        if r["variant"] in ("ar", "xvocab-ar"):
+            continue
+        ref = (own_ar.get(r["prompt"]) if r["variant"].startswith("xvocab-") else ar.get((r["prompt"], r["group"])))
+        if ref is None:
+            continue
+        if ties.first_difference(ref["token_ids"], r["token_ids"]) is None:
+            verdict = "equal"
+        elif dtype == "float32":
+            verdict = "differs"
+        else:
+            judge = judge or _judge(rows[0]["settings"])
+            verdict = ties.classify(ref["token_ids"], r["token_ids"], judge(r["prompt"]))["verdict"]
+        out_counts.setdefault(r["variant"], {}).setdefault(verdict, 0)
+        out_counts[r["variant"]][verdict] += 1
+    return out_counts
+
+
+def _judge(settings: dict):
+    """prompt task id -> logits_at for xvocab.ties.classify: the target's bfloat16 weights read in float32."""
+    import torch
+
+    from xvocab import ties, zoo
+    from xvocab.roles import prompt_ids
+
+    model, tok = zoo.model(settings["target"], dtype=torch.bfloat16, device="cpu")
+    model = model.float()
+    problems = {p["id"]: p["prompt"] for p in zoo.dataset("humaneval")}
+    return lambda task: ties.float32_logits(model, prompt_ids(tok, problems[task]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
