@@ -37,16 +37,16 @@ test: setup vllm-setup
 	$(PY) -m pytest -q -n 2 --dist loadgroup
 	$(MAKE) --no-print-directory test-vllm
 
-# xvocab's proposer inside vLLM (tests/vllm) and the library under vLLM's transformers pin: part of `make test`.
+# xvocab's proposer inside vLLM (tests/vllm_engine) and the library under vLLM's transformers pin: part of `make test`.
 test-vllm: vllm-setup
-	$(VLLM_ENV) $(VPY) -m pytest -q tests/vllm
+	$(VLLM_ENV) $(VPY) -m pytest -q tests/vllm_engine
 
 # The tests marked slow (about 20 minutes on two cores): every pair, algorithm and experiment the default suite
 # samples one of, and the long real-model checks. Run before a change to the decoding loops lands.
 test-slow: setup vllm-setup
 	$(PY) -m xvocab.zoo fetch
 	$(PY) -m pytest -q -m slow -n 2 --dist loadgroup
-	$(VLLM_ENV) $(VPY) -m pytest -q -m slow tests/vllm
+	$(VLLM_ENV) $(VPY) -m pytest -q -m slow tests/vllm_engine
 
 # What a GPU session carries (experiments/gpu_carry.py, run by experiments/gpu_session.sh there): transformers 5.24
 # and huggingface-hub wheels for the GPU machine's Python 3.12, and the converted tokenizers its tests and benchmark

@@ -1,6 +1,6 @@
 """xvocab.vllm's proposer without vLLM: its settings, its by-content request views, and its output when driven the way
 vLLM's model runner drives it (rows that move, requests preempted and resumed, new ones admitted), verified greedily
-by the tiny target itself. tests/vllm/ runs the same proposer inside vLLM (its own environment, make test-vllm)."""
+by the tiny target itself. tests/vllm_engine/ runs the same proposer inside vLLM (its own environment, make test-vllm)."""
 from __future__ import annotations
 
 from types import SimpleNamespace

@@ -11,7 +11,7 @@ top-p and top-k to its draft positions with `expand_batch_to_tokens`, whose CPU 
 C++ call. For float32 temperature and top-p (and int32 top-k) the output is a temporary copy, so the real output
 stays as `new_empty` left it, and the values are truncated to integers anyway: every draft position is verified
 against p under an arbitrary temperature and nucleus. Greedy requests do not read them; sampled ones do, for every
-proposer (vLLM's own ngram included: tests/vllm/test_engine.py measures it). The repair: the same expansion in
+proposer (vLLM's own ngram included: tests/vllm_engine/test_engine.py measures it). The repair: the same expansion in
 PyTorch (`repeat_interleave`), in the output's own dtype.
 
 Invariant: after check_and_repair(), expand_batch_to_tokens(x, cu, n) equals x repeated per request for float and
