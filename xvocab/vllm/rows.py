@@ -6,8 +6,9 @@ sends a request away and back). A `RowView` is what xvocab's drafters read for o
 `DraftContext` the library's own loops build: the target side's ids (`head`, the ids first seen, then a
 Stream of what followed) and the draft side's (the head's text encoded for the draft, then a Stream synced
 to the continuation's text: re-tokenized exactly, never an UNK). `Slots` keeps views in the rows of the
-draft's BatchDecoder and finds each request's by content: the view whose target ids are a prefix of the
-request's, else the one sharing the longest prefix (re-synced from there), else a fresh one.
+draft's BatchDecoder and finds each request's by content: the view that served its row last step if the request
+extends it, else the view whose head the request starts with and which shares the longest prefix with it (a
+moved or resumed request: re-synced from there), else an empty row, else the row unused longest (a fresh view).
 
 Why by content: a view is a pure function of the target ids (`open_view` then `follow`), and the draft
 decoder keeps, per row, the longest prefix of draft ids its states share with what it is asked for. So a
