@@ -32,9 +32,13 @@ demo: setup
 
 # Every asset first (in CI a missing one fails here), then the default suite (slow tests: -m slow) on two workers
 # (pytest-xdist; tests/conftest.py splits the cores between them, the Qwen module keeps to one worker).
-test: setup vllm-setup
+# vLLM's environment installs (downloads and unpacking, mostly) while the main suite runs; its tests follow.
+test: setup
 	$(PY) -m xvocab.zoo fetch
-	$(PY) -m pytest -q -n 2 --dist loadgroup
+	($(MAKE) --no-print-directory vllm-setup > .venv-vllm.log 2>&1; echo $$? > .venv-vllm.rc) & \
+	$(PY) -m pytest -q -n 2 --dist loadgroup; status=$$?; wait; \
+	if [ "$$(cat .venv-vllm.rc)" != 0 ]; then cat .venv-vllm.log; echo "make vllm-setup failed"; exit 1; fi; \
+	exit $$status
 	$(MAKE) --no-print-directory test-vllm
 
 # xvocab's proposer inside vLLM (tests/vllm_engine) and the library under vLLM's transformers pin: part of `make test`.

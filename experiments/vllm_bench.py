@@ -313,6 +313,35 @@ def report(out: Path) -> None:
     text = "\n".join(lines) + "\n"
     records.write_atomic(out / "table.md", text)
     print(text)
+    _figure(out, [line for line in lines if line.startswith("| ") and not line.startswith(("| variant", "| ar"))],
+            lines[0])
+
+
+def _figure(out: Path, rows: list[str], caption: str) -> None:
+    """speedup.png: each variant's pooled tokens/s over its group's vLLM ar, tau written on the bar (the table's
+    numbers; skipped where matplotlib is not installed, as in the vLLM environment)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    cells = [[c.strip() for c in row.strip("|").split("|")] for row in rows]
+    names = [c[0].replace("qwen2.5-coder-1.5b-drafter-deepseek-coder-aligned-v4", "drafter v4") for c in cells]
+    speed = [float(c[3].rstrip("x")) for c in cells]
+    fig, ax = plt.subplots(figsize=(8, 0.5 + 0.45 * len(names)))
+    colours = ["#4c72b0" if n.startswith(("slem", "tli")) else "#999999" for n in names]
+    ax.barh(names[::-1], speed[::-1], color=colours[::-1])
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    for y, (s, c) in enumerate(zip(speed[::-1], cells[::-1])):
+        ax.text(s + 0.02, y, f"{s:.2f}x  tau {c[6]}", va="center", fontsize=8)
+    ax.set_xlabel("tokens/s over vLLM's ar (same group, interleaved); blue: xvocab's proposer inside vLLM")
+    ax.set_xlim(0, max(speed) * 1.35)
+    ax.set_title(caption.split(";")[0] + ";" + caption.split(";")[1], fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "speedup.png", dpi=120)
+    plt.close(fig)
 
 
 def _verdicts(rows: list[dict], out: Path) -> dict:
