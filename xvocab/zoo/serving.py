@@ -3,7 +3,8 @@
 What: `serving_dir(name)` gives, for a zoo model name or a checkpoint directory, a directory vLLM takes as its
 `model`: config and weights linked (never copied), the exact tokenizer (`tokenizer.json`, and xvocab's
 `roles.json` so xvocab reads the very same one back), a `tokenizer_config.json` naming its special roles, and a
-`generation_config.json` listing every id that ends a turn. `write_tokenizer_files` writes the tokenizer part
+`generation_config.json` listing every id that ends a turn; a family that starts with BOS gets it from the
+tokenizer's post-processor, so a text prompt sent to the server reads as xvocab reads it. `write_tokenizer_files` writes the tokenizer part
 into any directory (the tests save tiny random models this way).
 
 Why: a zoo checkpoint holds xvocab's conversion of a GGUF vocabulary, whose roles (BOS, EOS, UNK, PAD) live in
@@ -29,10 +30,18 @@ ROLES = ("bos_token", "eos_token", "unk_token", "pad_token")
 def write_tokenizer_files(directory: Path, tokenizer, eos: tuple[int, ...] = ()) -> None:
     """Write `tokenizer` (a fast tokenizer) into `directory` as vLLM and xvocab both read it back: tokenizer.json,
     roles.json, tokenizer_config.json, and `eos` (every id that ends a sequence) into generation_config.json."""
+    from tokenizers import Tokenizer
+    from tokenizers.processors import TemplateProcessing
+
     directory = Path(directory)
-    tokenizer.backend_tokenizer.save(str(directory / "tokenizer.json"))
     roles = {r: getattr(tokenizer, r) for r in ROLES if getattr(tokenizer, r, None) is not None}
     add_bos = bool(getattr(tokenizer, "xvocab_add_bos", False))
+    backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+    if add_bos and tokenizer.bos_token is not None:  # a text prompt then reads as xvocab.roles.prompt_ids reads it
+        bos = (tokenizer.bos_token, tokenizer.bos_token_id)
+        backend.post_processor = TemplateProcessing(single=f"{bos[0]} $A", pair=f"{bos[0]} $A {bos[0]} $B",
+                                                    special_tokens=[bos])
+    backend.save(str(directory / "tokenizer.json"))
     (directory / "roles.json").write_text(json.dumps(roles | {"add_bos_token": add_bos}, ensure_ascii=False))
     config = roles | {"tokenizer_class": "PreTrainedTokenizerFast", "add_bos_token": add_bos, "add_eos_token": False,
                       "clean_up_tokenization_spaces": False}
