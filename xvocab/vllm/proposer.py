@@ -184,17 +184,17 @@ class Proposer:
             c["tokens"] += len(sampled_token_ids[i])
         for i, slot in slots.items():
             view = self.slots.views[slot]
-            if view is not None and view.proposed and view.proposed_at == c["steps"] - 1:
-                accepted = len(sampled_token_ids[i]) - 1  # vLLM samples the accepted proposals, then one of its own
-                c["drafts"] += 1
-                c["accepted"] += accepted
-                for j in range(min(accepted, s.k)):
-                    c["accepted_per_position"][j] += 1
             if view is None or not follow(view, rows[i]):
                 view = open_view(self.pair, self.specials, rows[i], len(sampled_token_ids[i]),
                                  confidence=s.draft_confidence, window=s.draft_window)
                 self.slots.views[slot] = view
                 c["views_opened"] += 1
+            elif view.proposed and view.proposed_at == c["steps"] - 1:  # this request's proposal of the last step
+                accepted = len(sampled_token_ids[i]) - 1  # vLLM samples the accepted proposals, then one of its own
+                c["drafts"] += 1
+                c["accepted"] += accepted
+                for j in range(min(accepted, s.k)):
+                    c["accepted_per_position"][j] += 1
             room[slot] = min(s.k, self.max_model_len - len(rows[i]) - 1)  # vLLM holds k proposed ids per request
             if room[slot] > 0:
                 calls[slot] = DRAFTERS[s.algorithm](view.ctx, min(s.draft_steps or s.k, room[slot]))
