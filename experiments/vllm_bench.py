@@ -108,7 +108,7 @@ def _engine(spec: str, args) -> tuple:
                    ttft=getattr(metrics, "first_token_latency", None) or None)
         if kind in VLLM_OWN:  # its draft model proposes at every step after the prefill: forwards = 1 + drafts
             rates = acceptance(before, spec_counts(llm), len(tokens))
-            rec |= dict(tau=len(tokens) / (1 + rates["drafts"]), per_position=rates["per_position"])
+            rec |= dict(tau=rates["tau"], per_position=rates["per_position"])
         elif kind in PROPOSER:
             run_stats = xvocab.vllm.stats_delta(mine, llm.collective_rpc(xvocab.vllm.worker_stats)[0])
             rec |= dict(tau=len(tokens) / max(run_stats["forwards"], 1), per_position=run_stats["per_position"],

@@ -101,7 +101,7 @@ def prepare(target, target_tokenizer, draft=None, draft_tokenizer=None, *, algor
     `algorithm` "sd" requires one shared vocabulary (VocabularyMismatchError otherwise). `draft_encoding` None
     takes what the draft's config says it was trained on, else `native`; one shared vocabulary always encodes
     natively (the two codecs are then one)."""
-    check_tokenizer("target", target_tokenizer)
+    check_tokenizer("target", target_tokenizer)  # before eos_ids reads it (prepare_for_target checks it for its callers)
     return prepare_for_target(target_tokenizer, eos_ids(target, target_tokenizer), output_vocab(target),
                               context_limit(target),  # from the text config: a multimodal one (Gemma 3's) nests it
                               draft, draft_tokenizer, algorithm=algorithm, draft_encoding=draft_encoding)

@@ -51,8 +51,13 @@ def prompt_ids(tokenizer, prompt: str, aligned=None) -> list[int]:
 
 def eos_ids(model, tokenizer) -> tuple[int, ...]:
     """Every id that ends a sequence of `model`: its tokenizer's EOS and its generation config's."""
+    return generation_eos_ids(getattr(model, "generation_config", None), tokenizer)
+
+
+def generation_eos_ids(generation_config, tokenizer) -> tuple[int, ...]:
+    """`eos_ids` from a generation config (or None) instead of a model: where another engine holds the model."""
     ids = {tokenizer.eos_token_id} if tokenizer is not None and tokenizer.eos_token_id is not None else set()
-    cfg = getattr(model, "generation_config", None)
+    cfg = generation_config
     extra = getattr(cfg, "eos_token_id", None) if cfg is not None else None
     ids |= set(extra if isinstance(extra, (list, tuple)) else [extra] if extra is not None else [])
     return tuple(sorted(ids))

@@ -10,7 +10,7 @@
 Importing this package does not import vLLM (the proposer imports only xvocab and torch): xvocab's own
 environment can read it, and vLLM's workers import `xvocab.vllm.Proposer` by that path.
 """
-from xvocab.vllm.proposer import Proposer
+from xvocab.vllm.proposer import Proposer, derived
 from xvocab.vllm.settings import KEY, Settings
 
 CLASS_PATH = "xvocab.vllm.Proposer"
@@ -36,12 +36,9 @@ def stats_delta(before: dict, after: dict) -> dict:
     differences, tau and per-position acceptance recomputed over the run alone."""
     out = {key: after[key] - before.get(key, 0) for key, value in after.items()
            if isinstance(value, (int, float)) and not isinstance(value, bool)}
-    out["accepted_per_position"] = [a - b for a, b in zip(after["accepted_per_position"],
-                                                          before.get("accepted_per_position", [0] * len(after["accepted_per_position"])))]
-    out["tau"] = out["tokens"] / max(out["forwards"], 1)
-    out["per_position"] = [a / max(out["drafts"], 1) for a in out["accepted_per_position"]]
-    out["overhead_ms_per_proposed_token"] = 1e3 * out["overhead_seconds"] / max(out["proposed_tokens"], 1)
-    return out
+    old = before.get("accepted_per_position") or [0] * len(after["accepted_per_position"])
+    out["accepted_per_position"] = [a - b for a, b in zip(after["accepted_per_position"], old)]
+    return out | derived(out)
 
 
 __all__ = ["CLASS_PATH", "Proposer", "Settings", "engine_args", "stats_delta", "worker_stats"]

@@ -2,8 +2,9 @@
 
 What: `spec_counts(llm)` reads vLLM's counters (drafts, drafted tokens, accepted tokens, accepted per position);
 `acceptance(before, after, tokens)` turns the counts a run added, and the tokens it generated, into:
-  tau            generated tokens per target forward = tokens / (tokens - accepted): each forward (the prefill's
-                 included) emits one token of the target's own plus the proposals it accepted; xvocab's Stats.tau
+  tau            generated tokens per target forward = tokens / (1 + drafts), for a method whose draft proposes at
+                 every step after the prefill (vLLM's draft_model): xvocab's Stats.tau. Not tokens / (tokens -
+                 accepted): vLLM counts accepted proposals past a stop string or max_tokens, which are not emitted
   per_draft      1 + accepted / drafts: vLLM's "mean acceptance length", over the steps that had a proposal only
   per_position   accepted at position i / drafts: how often the i-th proposed token was accepted
 Needs an engine built with disable_log_stats=False (vLLM keeps no counters otherwise).
@@ -34,6 +35,6 @@ def acceptance(before: dict, after: dict, tokens: int) -> dict:
     old = before["per_position"] + [0] * (n - len(before["per_position"]))
     accepted_at = [a - b for a, b in zip(after["per_position"], old)]
     drafts = max(delta["drafts"], 1)
-    return delta | {"tokens": tokens, "tau": tokens / max(tokens - delta["accepted"], 1),
+    return delta | {"tokens": tokens, "tau": tokens / (1 + delta["drafts"]),
                     "per_draft": 1 + delta["accepted"] / drafts, "accepted_per_position": accepted_at,
                     "per_position": [a / drafts for a in accepted_at]}

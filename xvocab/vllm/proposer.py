@@ -42,6 +42,7 @@ from xvocab.batch import draft_in_lockstep
 from xvocab.batch_kv import BatchDecoder
 from xvocab.errors import ConfigError, XVocabError
 from xvocab.pair import prepare_for_target
+from xvocab.roles import generation_eos_ids
 from xvocab.vllm import repairs
 from xvocab.vllm.rows import Slots, follow, open_view, special_map
 from xvocab.vllm.settings import Settings, check_verification
@@ -61,12 +62,10 @@ def load_tokenizer(name: str, what: str, fix: str):
 
 def served_eos(path: str, tokenizer) -> tuple[int, ...]:
     """Every id that ends a sequence of the served model: its tokenizer's EOS and its generation config's."""
-    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
-    config = Path(path) / "generation_config.json"
-    if config.exists():
-        eos = json.loads(config.read_text()).get("eos_token_id")
-        ids |= set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-    return tuple(sorted(ids))
+    from transformers import GenerationConfig
+
+    config = GenerationConfig.from_pretrained(path) if (Path(path) / "generation_config.json").exists() else None
+    return generation_eos_ids(config, tokenizer)
 
 
 def trained_target(draft: str) -> str | None:
@@ -219,10 +218,16 @@ class Proposer:
         if self.decoder is not None:
             d = self.decoder.decoder
             c |= dict(draft_forwards=d.forwards, draft_tokens_fed=d.tokens_fed, draft_seconds=self.decoder.seconds)
-        c["tau"] = c["tokens"] / max(c["forwards"], 1)  # target tokens per target forward, as xvocab's Stats.tau
-        c["per_position"] = [a / max(c["drafts"], 1) for a in c["accepted_per_position"]]
         c["overhead_seconds"] = c["propose_seconds"] - c.get("draft_seconds", 0.0)
-        c["overhead_ms_per_proposed_token"] = 1e3 * c["overhead_seconds"] / max(c["proposed_tokens"], 1)
+        c |= derived(c)
         c["settings"] = dict(vars(self.settings)) | {"draft_dtype": self.dtype, "rows": self.rows}
         c["repaired"] = list(self.repaired)
         return c
+
+
+def derived(counts: dict) -> dict:
+    """What stats() derives from its counts (for a whole run, or a part of one: xvocab.vllm.stats_delta): tau (target
+    tokens per target forward, as xvocab's Stats.tau), acceptance per position, the overhead per proposed token."""
+    return {"tau": counts["tokens"] / max(counts["forwards"], 1),
+            "per_position": [a / max(counts["drafts"], 1) for a in counts["accepted_per_position"]],
+            "overhead_ms_per_proposed_token": 1e3 * counts["overhead_seconds"] / max(counts["proposed_tokens"], 1)}
