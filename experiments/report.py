@@ -24,11 +24,11 @@ import argparse
 import csv
 import io
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 from experiments.figure import short_cpu, short_name, speedup_figure, title_of
-from xvocab import records
+from xvocab import records, ties
 from xvocab.cost import speedup_bounds
 
 GROUP = ("target", "draft", "dataset", "temperature", "max_new_tokens", "algorithm", "k", "draft_confidence",
@@ -39,7 +39,8 @@ OPTIONAL = {"draft_confidence": 0.0, "draft_encoding": None, "draft_window": 0, 
 BASELINE = ("target", "dataset", "temperature", "max_new_tokens", "device", "dtype", "threads", "top_k", "top_p", "cpu",
             "kernels", "cache", "batch_size", "stop")
 COLUMNS = ("target", "draft", "dataset", "temperature", "algorithm", "k", "draft_confidence", "prompts", "ttft_s", "tpot_ms",
-           "tokens_per_s", "speedup", "tau", "fed_per_token", "acceptance", "per_position", "pass_at_1", "equals_ar")
+           "tokens_per_s", "speedup", "tau", "fed_per_token", "acceptance", "per_position", "pass_at_1", "equals_ar",
+           "ar_verdicts")
 COST_COLUMNS = ("c", "v", "bound", "efficiency")
 # What the terminal shows (report.md, .csv and .tex keep every column): a table 120 characters wide.
 COMPACT = ("algorithm", "draft", "draft_window", "temperature", "prompts", "tokens_per_s", "speedup", "tau", "c", "bound", "efficiency",
@@ -72,10 +73,22 @@ def _field(conf: dict, name: str):
 
 
 def _checked_against(rec: dict, ar_ids: list[int] | None) -> dict:
-    """`rec` with `equals_ar` derived from the recorded greedy `ar` output, where the run did not check itself."""
+    """`rec` with `equals_ar` and `ar_verdict` derived from the recorded greedy `ar` output, where the run did not
+    check itself: a bfloat16 difference the report cannot judge (no model here) is "unjudged"."""
     if "equals_ar" in rec or ar_ids is None or "token_ids" not in rec:
         return rec
-    return rec | {"equals_ar": rec["token_ids"] == ar_ids}
+    same = rec["token_ids"] == ar_ids
+    unjudged = not same and str(rec["config"].get("dtype")) == "bfloat16"
+    return rec | {"equals_ar": same, "ar_verdict": "equal" if same else "unjudged" if unjudged else "differs"}
+
+
+def verdict_counts(rs: list[dict]) -> str | None:
+    """The records' checks against ar as "19 equal, 1 tie" (xvocab.ties verdicts; records made before verdicts were
+    recorded count by equals_ar), None where a record was not checked."""
+    if not all("equals_ar" in r for r in rs):
+        return None
+    counts = Counter(r.get("ar_verdict") or ("equal" if r["equals_ar"] else "differs") for r in rs)
+    return ", ".join(f"{counts[v]} {v}" for v in (*ties.VERDICTS, "unjudged") if counts[v])
 
 
 def aggregate(recs: list[dict]) -> list[dict]:
@@ -123,6 +136,7 @@ def aggregate(recs: list[dict]) -> list[dict]:
             per_position=[round(k / p, 3) for k, p in zip(kept, proposed)],
             pass_at_1=(sum(r["passed"] for r in rs) / len(rs)) if all("passed" in r for r in rs) else None,
             equals_ar=(sum(r["equals_ar"] for r in rs) / len(rs)) if all("equals_ar" in r for r in rs) else None,
+            ar_verdicts=verdict_counts(rs),
         )
         rows.append(row)
     ar = {r["baseline_key"]: r["tokens_per_s"] for r in rows if r["algorithm"] == "ar"}

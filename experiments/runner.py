@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime
 import os
 import platform
+import sys
 import time
 from functools import lru_cache
 from pathlib import Path
@@ -26,9 +27,10 @@ from tqdm import tqdm
 import xvocab
 from experiments import datasets, humaneval
 from experiments.variants import run_interleaved
-from xvocab import defaults, packed_linear, records, zoo
+from xvocab import defaults, packed_linear, records, ties, zoo
 from xvocab.commit import check_stop
 from xvocab.errors import ConfigError
+from xvocab.roles import prompt_ids
 from xvocab.zoo.tiny import mirror_model
 
 
@@ -127,6 +129,20 @@ def _generate(row, index, cfg, algorithm, models):
                            stop=stop_strings(cfg))
 
 
+def ar_check(rec: dict, ar_rec: dict, row: dict, judge, tokenizer) -> dict:
+    """What a run that must emit ar's tokens records of its check: `equals_ar` (the same ids) and `ar_verdict`
+    (xvocab.ties: equal, tie or differs; a bfloat16 difference is judged on the target's weights read in float32 by
+    `judge`, a ties.Float32Judge of the target, whose `tokenizer` reads the prompt). A difference that is not a tie
+    is reported as it happens."""
+    dtype = rec["config"]["dtype"]
+    verdict = ties.verdict(ar_rec["token_ids"], rec["token_ids"], dtype,
+                           lambda: judge.for_prompt(prompt_ids(tokenizer, row["prompt"])))
+    if verdict == "differs":
+        print(f"FAILURE: {rec['config']['algorithm']} on {row['id']} leaves ar's output and it is not a tie "
+              f"({dtype}): a lossless algorithm must emit ar's tokens", file=sys.stderr)
+    return {"equals_ar": verdict == "equal", "ar_verdict": verdict}
+
+
 def _record(conf: dict, row: dict, index: int, out, cfg: dict) -> dict:
     rec = {"config": conf, "config_hash": records.config_hash(conf), "prompt_id": row["id"], "prompt_index": index,
            "recorded_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
@@ -152,7 +168,7 @@ def run(cfg: dict, writer: str | None = None) -> Path:
     path = Path(cfg["results_dir"]) / "records.jsonl"
     if cfg.get("variants"):  # every variant on each prompt in turn (experiments.variants)
         return run_interleaved(cfg, path, point=point, generate=_generate, record=_record, load_pair=load_pair,
-                               device=device, writer=writer)
+                               check=ar_check, device=device, writer=writer)
     conf, ar_conf = point(cfg, algorithm), point(cfg, "ar")
     key, ar_key = records.config_hash(conf), records.config_hash(ar_conf)
     done = {(r["config_hash"], r["prompt_id"]): r for r in records.read(path)}
@@ -167,6 +183,7 @@ def run(cfg: dict, writer: str | None = None) -> Path:
     # Greedy rows, and coupled slem at T > 0, must emit ar's tokens (ar_conf is coupled ar then): checked per prompt.
     exact_check = cfg["check_ar"] and records.equals_ar_by_construction(conf)
     ar_models = load_pair(cfg["pair"]["target"], None, cfg["dtype"], device, cfg["pair"]["device_map"])
+    judge = ties.Float32Judge(ar_models[0])  # bfloat16 differences from ar: a tie by the policy, or a failure
     for _ in range(cfg["warmup"]):  # untimed: first-call allocations and kernel selection
         _generate(rows[0], 0, {**cfg, "max_new_tokens": min(8, cfg["max_new_tokens"])}, algorithm, models)
     if cfg["batch_size"] > 1 or (cfg["policy"] and algorithm != "ar"):
@@ -192,7 +209,7 @@ def run(cfg: dict, writer: str | None = None) -> Path:
                 _release(path, ar_key, row, writer)
             ar_rec = ar_rec or done.get((ar_key, row["id"]))  # (recorded by another job meanwhile)
             if ar_rec is not None:  # else another job is decoding it: the report compares with its record
-                rec["equals_ar"] = rec["token_ids"] == ar_rec["token_ids"]
+                rec |= ar_check(rec, ar_rec, row, judge, ar_models[1])
         records.append(path, rec, writer)
         _release(path, key, row, writer)
         tokens, forwards, seconds = tokens + out.stats.new_tokens, forwards + out.stats.target_forwards, \

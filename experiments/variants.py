@@ -24,7 +24,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 import xvocab
-from xvocab import records
+from xvocab import records, ties
 from xvocab.errors import ConfigError
 
 # What a variant may set, and how its value is read (the rest is the run's).
@@ -63,10 +63,11 @@ def variant_config(cfg: dict, variant: dict) -> dict:
     return out
 
 
-def run_interleaved(cfg: dict, path: Path, *, point, generate, record, load_pair, device: str,
+def run_interleaved(cfg: dict, path: Path, *, point, generate, record, load_pair, check, device: str,
                     writer: str | None = None) -> Path:
     """Decode the dataset with every variant of cfg["variants"], interleaved (module docstring); the runner's
-    `point`, `generate`, `record` and `load_pair` make each variant's configs, outputs and records."""
+    `point`, `generate`, `record`, `load_pair` and `check` (its ar_check) make each variant's configs, outputs,
+    records and their check against ar."""
     from experiments import datasets
 
     variants = [parse_variant(s) for s in cfg["variants"]]
@@ -98,6 +99,8 @@ def run_interleaved(cfg: dict, path: Path, *, point, generate, record, load_pair
     ar_key = next((key for key, c in zip(keys, confs) if c["algorithm"] == "ar"
                    and records.reference_tape(c) is not None), None)
     checked = {key for key, c in zip(keys, confs) if records.equals_ar_by_construction(c)}
+    ar_models = models[keys.index(ar_key)] if ar_key is not None else None
+    judge = ties.Float32Judge(ar_models[0]) if ar_models is not None else None
     for index, row in todo:
         turn = index % len(variants)  # the rotation follows the prompt, so a resumed run keeps it
         made = {}
@@ -112,7 +115,7 @@ def run_interleaved(cfg: dict, path: Path, *, point, generate, record, load_pair
         ar = made.get(ar_key) or done.get((ar_key, row["id"]))
         for key, rec in made.items():
             if ar is not None and key in checked and cfg["check_ar"]:
-                rec["equals_ar"] = rec["token_ids"] == ar["token_ids"]
+                rec |= check(rec, ar, row, judge, ar_models[1])
             records.append(path, rec, writer)
             done[key, row["id"]] = rec
     bar.close()

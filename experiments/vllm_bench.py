@@ -16,6 +16,8 @@ Variants (`--variants`; DRAFT a zoo name, drafter name or directory):
     sd:DRAFT             vLLM's draft_model with a same-family draft
     slem:DRAFT, tli:DRAFT  vLLM with xvocab's proposer (xvocab.vllm)
     xvocab-ar, xvocab-slem:DRAFT, xvocab-tli:DRAFT   xvocab's own loop (xvocab.generate)
+A drafting variant takes options after commas: `slem:smollm2-135m,k=3,draft_kernels=torch` (k: its draft length,
+else --k; slem/tli: any xvocab.vllm.settings key).
 
 Columns: tokens/s (the prompt's tokens over its wall time), TTFT, tau (emitted tokens per target forward; vLLM's
 own methods: tokens / (1 + drafts), their draft proposing at every step after the prefill, drafts from vLLM's
@@ -28,10 +30,12 @@ rule), and for xvocab's proposer the cost outside the draft's forwards per propo
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing as mp
 import os
 import sys
 import time
+from dataclasses import fields
 from pathlib import Path
 
 DEFAULT_VARIANTS = ("ar", "vllm-tli:smollm2-135m", "slem:smollm2-135m", "tli:smollm2-135m", "slem:gemma-3-270m",
@@ -42,14 +46,38 @@ PROPOSER = ("slem", "tli")
 VLLM_OWN = ("vllm-tli", "sd")
 
 
-def parse(spec: str) -> tuple[str, str | None]:
-    kind, _, draft = spec.partition(":")
+def parse(spec: str) -> tuple[str, str | None, dict]:
+    """KIND[:DRAFT][,key=value...] -> (kind, draft, options): `k` for any drafting variant (else --k), and
+    xvocab's proposer settings for slem/tli (xvocab.vllm.settings, e.g. draft_kernels=torch, draft_confidence=0.3)."""
+    from xvocab.vllm.settings import Settings
+
+    head, *pairs = spec.split(",")
+    kind, _, draft = head.partition(":")
     known = ("ar",) + VLLM_OWN + PROPOSER + XVOCAB_LOOP
     if kind not in known:
         raise SystemExit(f"variant {spec!r}: kind {kind!r} is none of {', '.join(known)}")
     if (kind in ("ar", "xvocab-ar")) != (not draft):
         raise SystemExit(f"variant {spec!r}: {'ar takes no draft' if draft else 'name a draft: KIND:DRAFT'}")
-    return kind, draft or None
+    allowed = ({"k"} if draft else set()) | ({f.name for f in fields(Settings)} - {"draft", "algorithm"} if kind in PROPOSER
+                                             else set())
+    options = {}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or key not in allowed:
+            raise SystemExit(f"variant {spec!r}: option {pair!r} is not key=value with a key of "
+                             f"{sorted(allowed) or 'none (this kind takes no options)'}")
+        options[key] = _value(value)
+    if "k" in options and (not isinstance(options["k"], int) or options["k"] < 1):
+        raise SystemExit(f"variant {spec!r}: k must be a positive int")
+    return kind, draft or None, options
+
+
+def _value(text: str):
+    """An option's value: a JSON number, true/false/null, else the text itself (draft_kernels=torch)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
 
 
 # ------------------------------------------------------------------ worker side: one engine per process
@@ -63,7 +91,8 @@ def _engine(spec: str, args) -> tuple:
     from experiments.humaneval import STOP
     from xvocab.zoo.serving import serving_dir
 
-    kind, draft = parse(spec)
+    kind, draft, options = parse(spec)
+    k = options.pop("k", args.k)
     if kind in XVOCAB_LOOP:
         torch.set_num_threads(args.threads)
         target, tt = xvocab.zoo.model(args.target, dtype=args.dtype, device="cpu")
@@ -73,7 +102,7 @@ def _engine(spec: str, args) -> tuple:
         def run(ids, text):
             kw = dict(draft=d_model, draft_tokenizer=dt) if d_model is not None else {}
             start = time.perf_counter()
-            out = xvocab.generate(text, target=target, target_tokenizer=tt, algorithm=algorithm, k=args.k,
+            out = xvocab.generate(text, target=target, target_tokenizer=tt, algorithm=algorithm, k=k,
                                   max_new_tokens=args.max_new_tokens, stop=list(STOP), **kw)
             s = out.stats
             return dict(token_ids=out.token_ids, seconds=time.perf_counter() - start, ttft=s.ttft_seconds,
@@ -88,10 +117,10 @@ def _engine(spec: str, args) -> tuple:
     engine = dict(model=str(serving_dir(args.target)), dtype=args.dtype, enforce_eager=True,
                   max_model_len=args.max_model_len, max_num_seqs=1, seed=0, disable_log_stats=False)
     if kind in PROPOSER:
-        engine |= xvocab.vllm.engine_args(draft=draft, algorithm=kind, k=args.k)
+        engine |= xvocab.vllm.engine_args(draft=draft, algorithm=kind, k=k, **options)
     elif kind in VLLM_OWN:
         engine["speculative_config"] = {"method": "draft_model", "model": str(serving_dir(draft)),
-                                        "num_speculative_tokens": args.k,
+                                        "num_speculative_tokens": k,
                                         "use_heterogeneous_vocab": kind == "vllm-tli"}
     llm = vllm.LLM(**engine)
     params = vllm.SamplingParams(temperature=0.0, max_tokens=args.max_new_tokens, stop=list(STOP))

@@ -226,6 +226,7 @@ def test_the_draft_reads_the_prompts_text_and_shared_specials_never_an_unk(pairs
     (dict(draft="x", draft_encoding="utf8"), "draft_encoding='utf8'"),
     (dict(draft="x", draft_confidence=2), r"outside \[0, 1\]"),
     (dict(draft="x", max_rows=0), "max_rows=0 must be a positive int"),
+    (dict(draft="x", draft_kernels="mkl"), "draft_kernels='mkl'; choose one of auto, vllm, torch"),
     (dict(draft="no-such-model-or-dir"), "cannot read the draft tokenizer of 'no-such-model-or-dir'"),
 ])
 def test_configurations_it_cannot_honour_are_refused_at_start_up(pairs, settings, match):
@@ -256,3 +257,15 @@ def test_tables_for_another_vocabulary_than_the_served_one_are_refused(pairs):
     with pytest.raises(ConfigError, match="trained on text cut as 'qwen2.5-coder-1.5b' cuts it"):
         Proposer(vllm_config(target_dir, draft=drafter))
     assert Proposer(vllm_config(target_dir, draft=drafter, draft_encoding="native"))
+
+
+def test_draft_kernels_fall_back_to_torch_with_the_reason_or_are_refused_when_required(pairs):
+    """Where vLLM's CPU kernels cannot serve the draft (here: a float32 draft, and no vLLM in the main environment),
+    'auto' keeps torch's layers and says why; 'vllm' is refused by name rather than silently running torch's."""
+    target_dir, draft_dir = pairs[PAIRS[0]]
+    proposer = Proposer(vllm_config(target_dir, draft=str(draft_dir)))
+    proposer.load_model()
+    used = proposer.stats()["settings"]["draft_kernels_used"]
+    assert used.startswith("torch (") and "float32" in used, used
+    with pytest.raises(ConfigError, match="draft_kernels='vllm' cannot run here"):
+        Proposer(vllm_config(target_dir, draft=str(draft_dir), draft_kernels="vllm")).load_model()

@@ -9,7 +9,9 @@ for any subset of rows, (full_ids, extra) as Decoder.step does, and returns each
 How: every layer's states live in one [rows, heads, capacity, head_dim] buffer (`RaggedLayer`). A row's
 token at position i is written at slot i, so positions and slots agree and rolling a row back is
 setting its length. The forward gets explicit position ids and its own attention mask, [b, 1, q,
-capacity]: query j of row r (position pos_r + j) sees slots [0, pos_r + j], within the sliding window
+span] (span: the slots below the furthest asked position; the capacity on fixed shapes), and the asked rows'
+buffers up to the span (views where the rows are consecutive, so no step copies the cache or reads slots no
+query may see): query j of row r (position pos_r + j) sees slots [0, pos_r + j], within the sliding window
 for sliding layers (a mask per layer type, the mapping transformers' Gemma 3, Qwen 2 and Mistral
 accept). Padding queries sit after a row's last real token: their states land in slots past the row's
 length (never seen by a real query, overwritten later) and their logits are dropped. As Decoder does, a row
@@ -38,7 +40,9 @@ class RaggedLayer:
     is_sliding = False
 
     def __init__(self, plan: dict):
-        self.plan = plan          # {"rows": [b] long, "slots": [b, q] long, "all": bool}, set before each forward
+        # {"rows": [b] long, "select": the same rows, a slice where they are consecutive, "slots": [b, q] long,
+        #  "span": the slots attended to (every asked row's states lie below it)}, set before each forward
+        self.plan = plan
         self.keys = self.values = None
         self.is_initialized = False
 
@@ -50,21 +54,21 @@ class RaggedLayer:
         self.is_initialized = True
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        """Write [b, heads, q, dim] states at the plan's slots; return the asked rows' whole buffers."""
+        """Write [b, heads, q, dim] states at the plan's slots; return the asked rows' buffers up to the span
+        [b, heads, span, dim] (views where the rows are consecutive: no copy of the cache per layer)."""
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        rows, slots = self.plan["rows"], self.plan["slots"]              # [b], [b, q]
+        rows, slots, span = self.plan["rows"], self.plan["slots"], self.plan["span"]  # [b], [b, q], int
         self.keys[rows[:, None], :, slots] = key_states.transpose(1, 2)   # indexed view: [b, q, heads, dim]
         self.values[rows[:, None], :, slots] = value_states.transpose(1, 2)
-        if self.plan["all"]:
-            return self.keys, self.values
-        return self.keys[rows], self.values[rows]
+        select = self.plan["select"]  # a slice (a view, no copy of the cache per layer) where the rows are consecutive
+        return self.keys[select, :, :span], self.values[select, :, :span]
 
     def get_seq_length(self) -> int:  # positions are always passed explicitly; nothing should ask
         return 0
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-        return self.plan["capacity"], 0
+        return self.plan["span"], 0
 
 
 def _cache(plan: dict, n_layers: int):
@@ -134,8 +138,8 @@ class BatchDecoder:
         self._pool = None
 
     def _mask(self, slots: torch.Tensor, sliding: bool) -> torch.Tensor:
-        """[b, 1, q, capacity]: query at slot s sees slots <= s (and > s - window when sliding)."""
-        kv = torch.arange(self.capacity, device=self.device)
+        """[b, 1, q, span]: query at slot s sees slots <= s (and > s - window when sliding)."""
+        kv = torch.arange(self.plan["span"], device=self.device)
         seen = kv[None, None, :] <= slots[:, :, None]                                # [b, q, C]
         if sliding and self.window:
             seen &= kv[None, None, :] > slots[:, :, None] - self.window
@@ -184,8 +188,11 @@ class BatchDecoder:
         else:
             ids = torch.tensor(padded, dtype=torch.long, device=self.device)
             slots = torch.tensor(starts, device=self.device)[:, None] + torch.arange(width, device=self.device)  # [b, q]
-            self.plan.update(rows=torch.tensor(rows, device=self.device), slots=slots,
-                             all=rows == list(range(self.n_rows)))
+            asked = torch.tensor(rows, device=self.device)                                               # [b]
+            consecutive = rows == list(range(rows[0], rows[0] + len(rows)))
+            # Attention reads the asked rows' slots below `need` only: what lies past it no query may see.
+            self.plan.update(rows=asked, slots=slots, span=need,
+                             select=slice(rows[0], rows[0] + len(rows)) if consecutive else asked)
             # Only the columns some row reads are projected onto the vocabulary (a prompt's prefill would
             # otherwise cost q x V per row): their union, then each row picks its own.
             cols = sorted({j for f, w in zip(feeds, wants) for j in range(len(f) - w, len(f))})
@@ -243,7 +250,7 @@ class BatchDecoder:
         up_ids, up_slots = self._inputs[q]
         static_ids = up_ids.write(torch.tensor(ids, dtype=torch.long))
         static_slots = up_slots.write(torch.tensor(starts, dtype=torch.long)[:, None] + torch.arange(q))
-        self.plan.update(rows=self._all_rows, slots=static_slots, all=True)
+        self.plan.update(rows=self._all_rows, slots=static_slots, select=slice(None), span=self.capacity)
         if self.device.type != "cuda" or not self.capture or not self._allocated():
             # (on CUDA, the first step runs eagerly: the KV buffers are allocated on the default stream, before
             # any capture or its side-stream warm-up)

@@ -8,8 +8,14 @@ target's logits there, in float32 over the same (bfloat16) weights, after the co
 "differs" (a failure: no rounding explains it). Equal lists are "equal"; a list that stops early (EOS or a stop
 string at a tie) is judged at the first position it lacks.
 
-Why one rule: the engines' benchmark (experiments.vllm_bench) and xvocab's own records report equal / tie / differs
-with it, so a bfloat16 difference is a finding only when it is not a tie.
+`verdict(reference, other, dtype, logits_at)` is the rule for any dtype: equal lists are "equal"; a bfloat16
+difference is classified; any other dtype's difference "differs" (float32 verification rounds alike in both paths
+up to reassociation, so xvocab's tests ask equality there). `Float32Judge(model)` gives the logits_at of a
+bfloat16 target, its float32 copy made only when a first difference has to be judged.
+
+Why one rule: the engines' benchmark (experiments.vllm_bench) and xvocab's own records (the runner's `ar_verdict`
+beside `equals_ar`) report equal / tie / differs with it, so a bfloat16 difference is a finding only when it is
+not a tie.
 
 Invariant: classify(a, a, ...) == "equal" and never reads a logit; the spacing of x is 2 ** (floor(log2 |x|) - 7),
 bfloat16 keeping 8 significant bits.
@@ -22,6 +28,7 @@ from collections.abc import Callable
 import torch
 
 TIE_SPACINGS = 2  # how many bfloat16 spacings at the top logit two logits may differ by and still be a tie
+VERDICTS = ("equal", "tie", "differs")
 
 
 def bf16_spacing(x: float) -> float:
@@ -62,3 +69,29 @@ def float32_logits(model, prompt_ids: list[int]) -> Callable[[list[int]], torch.
         with torch.inference_mode():
             return model(torch.tensor([prompt_ids + prefix], device=model.device)).logits[0, -1].float()
     return logits_at
+
+
+def verdict(reference: list[int], other: list[int], dtype: str,
+            logits_at: Callable[[], Callable[[list[int]], torch.Tensor]]) -> str:
+    """One of VERDICTS for `other` against `reference` decoded in `dtype` (module docstring); `logits_at()` is asked
+    for the judge's logits_at only when a bfloat16 difference must be classified."""
+    if first_difference(reference, other) is None:
+        return "equal"
+    if str(dtype).removeprefix("torch.") != "bfloat16":
+        return "differs"
+    return classify(reference, other, logits_at())["verdict"]
+
+
+class Float32Judge:
+    """logits_at for a bfloat16 target (`for_prompt(prompt_ids)`): its weights read in float32, in a copy made on
+    the first call and kept (a 1.5B target's copy holds 6 GB: made only where a difference is judged)."""
+
+    def __init__(self, model):
+        self.model, self._copy = model, None
+
+    def for_prompt(self, prompt_ids: list[int]) -> Callable[[list[int]], torch.Tensor]:
+        if self._copy is None:
+            import copy
+
+            self._copy = copy.deepcopy(self.model).float().eval()
+        return float32_logits(self._copy, list(prompt_ids))

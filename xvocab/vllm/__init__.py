@@ -19,7 +19,7 @@ CLASS_PATH = "xvocab.vllm.Proposer"
 def engine_args(*, draft: str, k: int = 4, **settings) -> dict:
     """The keyword arguments that make a vLLM engine (vllm.LLM or EngineArgs) draft with xvocab: vLLM's
     speculative_config naming the proposer, and xvocab's settings (xvocab.vllm.settings.Settings: algorithm,
-    draft_encoding, draft_dtype, draft_confidence, draft_window, target_tokenizer, max_rows)."""
+    draft_encoding, draft_dtype, draft_kernels, draft_confidence, draft_window, target_tokenizer, max_rows)."""
     return {"speculative_config": {"method": "custom_class", "model": CLASS_PATH, "num_speculative_tokens": k},
             "additional_config": {KEY: {"draft": draft, **settings}}}
 

@@ -43,7 +43,7 @@ from xvocab.batch_kv import BatchDecoder
 from xvocab.errors import ConfigError, XVocabError
 from xvocab.pair import prepare_for_target
 from xvocab.roles import generation_eos_ids
-from xvocab.vllm import repairs
+from xvocab.vllm import kernels, repairs
 from xvocab.vllm.rows import Slots, follow, open_view, special_map
 from xvocab.vllm.settings import Settings, check_verification
 
@@ -111,7 +111,7 @@ class Proposer:
                                               "checkpoint directory holding its tokenizer files")
         self._check_vocabulary(served)
         self.repaired = repairs.check_and_repair() if s.repair_vllm else []  # vLLM defects that lose p (repairs)
-        self.draft = self.pair = self.decoder = None
+        self.draft = self.pair = self.decoder = self.kernels = None
         self.counts = dict(steps=0, rows=0, proposals=0, proposed_tokens=0, views_opened=0, rows_without_slot=0,
                            draft_context_full=0, propose_seconds=0.0, forwards=0, tokens=0, drafts=0, accepted=0,
                            accepted_per_position=[0] * self.settings.k)
@@ -151,6 +151,7 @@ class Proposer:
         except Exception as err:
             raise ConfigError(f"cannot load draft model {self.settings.draft!r} ({type(err).__name__}: {err}); name a "
                               f"zoo model or drafter, hub id or checkpoint directory") from err
+        self.kernels = kernels.resolve(self.settings.draft_kernels, self.draft)
         self.pair = prepare_for_target(self.target_tokenizer, self.eos, self.target_vocab, self.max_model_len,
                                        self.draft, self.draft_tokenizer, algorithm=self.settings.algorithm,
                                        draft_encoding=self.settings.draft_encoding)
@@ -220,7 +221,8 @@ class Proposer:
             c |= dict(draft_forwards=d.forwards, draft_tokens_fed=d.tokens_fed, draft_seconds=self.decoder.seconds)
         c["overhead_seconds"] = c["propose_seconds"] - c.get("draft_seconds", 0.0)
         c |= derived(c)
-        c["settings"] = dict(vars(self.settings)) | {"draft_dtype": self.dtype, "rows": self.rows}
+        c["settings"] = dict(vars(self.settings)) | {"draft_dtype": self.dtype, "rows": self.rows,
+                                                      "draft_kernels_used": self.kernels}
         c["repaired"] = list(self.repaired)
         return c
 

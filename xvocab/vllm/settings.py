@@ -23,6 +23,7 @@ from dataclasses import dataclass, fields
 from xvocab import defaults
 from xvocab.alignment.aligned import ENCODINGS
 from xvocab.errors import ConfigError
+from xvocab.vllm.kernels import CHOICES as KERNELS
 
 KEY = "xvocab"                 # the additional_config entry the settings live under
 ALGORITHMS = ("slem", "tli")   # verified by vLLM as point proposals (module docstring)
@@ -39,6 +40,8 @@ class Settings:
                                                  # take more target ids than draft tokens, cut at k
     draft_encoding: str | None = None            # None: what the drafter was trained on (its config), else native
     draft_dtype: str | None = None               # None: the target's dtype in vLLM
+    draft_kernels: str = "auto"                  # the draft's linears: vLLM's CPU kernels where they apply, or
+                                                 # "vllm" (required), "torch" (stock) (xvocab.vllm.kernels)
     draft_confidence: float = defaults.DRAFT_CONFIDENCE
     draft_window: int = defaults.DRAFT_WINDOW
     target_tokenizer: str | None = None          # None: the served model's own (vLLM's tokenizer path)
@@ -77,6 +80,9 @@ class Settings:
         if self.draft_dtype not in (None, *DTYPES):
             raise ConfigError(f"draft_dtype={self.draft_dtype!r}; choose one of {', '.join(DTYPES)}, or leave it out "
                               f"(the target's)")
+        if self.draft_kernels not in KERNELS:
+            raise ConfigError(f"draft_kernels={self.draft_kernels!r}; choose one of {', '.join(KERNELS)} "
+                              f"(auto: vLLM's CPU kernels for a bfloat16/float16 draft on a CPU, else torch's)")
         if not 0 <= self.draft_confidence <= 1:
             raise ConfigError(f"draft_confidence={self.draft_confidence} is outside [0, 1]; 0 always drafts k tokens")
         for name in ("k", "max_rows"):
