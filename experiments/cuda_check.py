@@ -14,7 +14,7 @@ import sys
 import torch
 
 import xvocab
-from xvocab import defaults, records
+from xvocab import algorithms, defaults, records
 
 
 def main(argv=None) -> int:
@@ -39,7 +39,7 @@ def main(argv=None) -> int:
             ref = xvocab.generate(row["prompt"], algorithm="ar", temperature=temperature, **kw)
             rows.append({"prompt": row["id"], "algorithm": "ar", "temperature": temperature,
                          **ref.stats.summary()})
-            for alg in ("slem", "tli", "slrs"):
+            for alg in algorithms.names(cross_vocabulary=True):
                 out = xvocab.generate(row["prompt"], algorithm=alg, temperature=temperature, **kw, **pair)
                 again = xvocab.generate(row["prompt"], algorithm=alg, temperature=temperature, **kw, **pair)
                 if out.token_ids != again.token_ids:

@@ -18,7 +18,6 @@ from experiments import humaneval
 from xvocab import zoo
 from xvocab.errors import ConfigError
 
-OFFLINE = ("humaneval", "prose_summary", "prose_qa", "tiny")
 STOPS = {"humaneval": humaneval.STOP}  # a dataset's standard stop strings (a run's `stop: humaneval`)
 TINY = [{"id": "tiny/0", "prompt": "def add(a, b):\n    return"},
         {"id": "tiny/1", "prompt": "The capital of France is"}]
@@ -26,17 +25,10 @@ TINY = [{"id": "tiny/0", "prompt": "def add(a, b):\n    return"},
 
 def load(name: str, limit: int | None) -> list[dict]:
     """[{id, prompt, ...}] for a dataset name, the first `limit` rows (all if None)."""
-    if name == "humaneval":
-        rows = zoo.dataset("humaneval")
-    elif name == "tiny":
-        rows = TINY
-    elif name in ("prose_summary", "prose_qa"):
-        rows = prose(name)
-    elif name in ("cnn_dailymail", "scrolls"):
-        rows = _from_hub(name, limit)
-    else:
+    if name not in LOADERS:
         raise ConfigError(f"unknown dataset {name!r}; choose one of {', '.join(OFFLINE)} (offline), "
-                          f"cnn_dailymail or scrolls (through the hub)")
+                          f"{', '.join(n for n in LOADERS if n not in OFFLINE)} (through the hub)")
+    rows = LOADERS[name](limit)
     return rows[:limit] if limit else rows
 
 
@@ -83,3 +75,16 @@ def prose(name: str) -> list[dict]:
             rows.append({"id": f"prose_qa/{key}", "prompt": f"{document}\n\nQuestion: According to the document above, "
                                                             f"what does the section \"{heading}\" explain?\nAnswer:"})
     return rows
+
+
+# name -> loader(limit) -> [{"id": unique str, "prompt": str, ...}]: a new dataset is a loader here and
+# conf/dataset/<name>.yaml (README, "Adding a dataset").
+LOADERS = {
+    "humaneval": lambda limit: zoo.dataset("humaneval"),
+    "prose_summary": lambda limit: prose("prose_summary"),
+    "prose_qa": lambda limit: prose("prose_qa"),
+    "tiny": lambda limit: TINY,
+    "cnn_dailymail": lambda limit: _from_hub("cnn_dailymail", limit),
+    "scrolls": lambda limit: _from_hub("scrolls", limit),
+}
+OFFLINE = ("humaneval", "prose_summary", "prose_qa", "tiny")  # the loaders that need no hub access

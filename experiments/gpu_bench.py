@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 import xvocab
-from xvocab import defaults, records, zoo
+from xvocab import algorithms, defaults, records, zoo
 from xvocab.batch_kv import BatchDecoder, DecoderPool
 from xvocab.kv import Decoder
 
@@ -169,9 +169,9 @@ def pair_speeds(target, tt, draft, dt, *, prompts: list[str], tokens: int, k: in
     through one DecoderPool, every width captured before the timed calls (`capture_s`)."""
     pool = DecoderPool()
     for cache in ("dynamic", "graph"):
-        for alg in ("ar", "slem", "tli", "slrs"):
+        for alg in ("ar",) + algorithms.names(cross_vocabulary=True):  # the baseline, then every cross-vocabulary one
             kw = dict(target=target, target_tokenizer=tt, algorithm=alg, k=k, max_new_tokens=tokens, cache=cache)
-            if alg != "ar":
+            if algorithms.get(alg).uses_draft:
                 kw.update(draft=draft, draft_tokenizer=dt)
             if cache == "graph":
                 kw["decoders"] = pool

@@ -31,7 +31,7 @@ from experiments import variants as specs
 from experiments.bench_out import publish
 from experiments.datasets import load
 from experiments.runner import draft_kwargs, load_pair
-from xvocab import defaults, records
+from xvocab import algorithms, defaults, records
 from xvocab.errors import ConfigError
 
 # The options a variant may set (the others are the run's: --k, --temperature...); one pair, so no draft=.
@@ -77,7 +77,7 @@ def summarize(rows: list[dict], names: list[str]) -> list[dict]:
 def findings_for(rows: list[dict], variants: list[dict], temperature: float) -> list[str]:
     """Outputs that should be identical and are not (see the module docstring)."""
     same = [v["name"] for v in variants
-            if temperature == 0 or (v.get("coupling") == "gumbel" and v["algorithm"] in ("ar", "slem"))]
+            if temperature == 0 or (v.get("coupling") == "gumbel" and algorithms.get(v["algorithm"]).couples)]
     by = {(r["variant"], r["seed"], r["prompt"]): r["ids"] for r in rows}
     return [f"{name} seed {seed} {prompt}: output differs from {same[0]}'s" for (name, seed, prompt), ids in by.items()
             if name in same[1:] and (ref := by.get((same[0], seed, prompt))) is not None and ids != ref]

@@ -37,6 +37,7 @@ import traceback
 import torch
 
 import xvocab
+from xvocab import algorithms
 from xvocab.engine import generate
 from xvocab.lossless import ALPHA, PROMPT, SETTINGS, TOKENS, exact_distribution, sampled_pvalue
 from xvocab.zoo.tiny import GREEDY_BIAS, biased_pair, mirror_model
@@ -69,7 +70,7 @@ def check_pair(target_name: str, draft_name: str, *, seed: int, max_new_tokens: 
         for prompt in PROMPTS:
             ref = generate(prompt, algorithm="ar", **both).token_ids
             refs.append(ref)
-            for alg in ("slem", "tli", "slrs"):
+            for alg in CROSS:
                 for enc in ("native", "aligned"):
                     out = generate(prompt, algorithm=alg, draft_encoding=enc, **pair)
                     taus += [out.stats.tau] if alg == "slem" else []
@@ -80,16 +81,18 @@ def check_pair(target_name: str, draft_name: str, *, seed: int, max_new_tokens: 
             for enc in ("native", "aligned"):
                 if generate(prompt, algorithm="slem", draft_encoding=enc, **pair, **coupled).token_ids != cref:
                     fails.append(("coupled slem", enc, "T=1", kind, prompt))
-        for alg in ("slem", "tli", "slrs"):
+        for alg in CROSS:
             outs = xvocab.generate_batch(PROMPTS, algorithm=alg, batch_size=4, **pair)
             fails += [(alg, "batched", "T=0", kind, PROMPTS[i]) for i, o in enumerate(outs) if o.token_ids != refs[i]]
         summary.append(f"{kind} slem tau {sum(taus) / len(taus):.2f}")
     return fails, ", ".join(summary)
 
 
+CROSS = algorithms.names(cross_vocabulary=True)  # what the sweep checks, from the registry
+
 # (setting, draft encoding, rows per generate_batch call: 0 = one generate call per sample)
 SAMPLING_RUNS = [("T1-top_k3", "native", 0), ("T0.7-top_p0.95", "aligned", 50)]
-SAMPLING_ALGORITHMS = ("slem", "tli", "slrs")
+SAMPLING_ALGORITHMS = CROSS
 
 
 def check_pair_sampling(target_name: str, draft_name: str, *, seed: int, samples: int) -> tuple[list[tuple], str]:

@@ -31,7 +31,7 @@ from tqdm import tqdm
 
 from experiments import datasets
 from experiments.runner import load_model, load_pair, prompt_seed
-from xvocab import defaults, records, zoo
+from xvocab import algorithms as registry, defaults, records, zoo
 from xvocab.errors import ConfigError
 from xvocab.replay import replay
 
@@ -45,7 +45,7 @@ def exact_recordings(rows: list[dict], temperature: float = 0.0) -> list[dict]:
         exact = [r for r in rows if r["config"].get("temperature", 0) == 0]
     else:
         exact = [r for r in rows if r["config"].get("temperature", 0) == temperature
-                 and r["config"].get("coupling") == "gumbel" and r["config"]["algorithm"] in ("ar", "slem")]
+                 and r["config"].get("coupling") == "gumbel" and registry.get(r["config"]["algorithm"]).couples]
     if not exact:
         raise ConfigError(f"no greedy rows (temperature 0) in the records: replay reads a target's greedy text; run "
                           f"experiments.run with temperature=0 first" if temperature == 0 else
@@ -128,9 +128,9 @@ def replay_probe(path: str | Path, *, target: str, draft_tokenizer, draft_encodi
         raise ConfigError(f"replay.records: {path} holds {recorded}'s greedy text, but this drafter is for {target}; "
                           f"name records of {target} (experiments.run with temperature=0)")
     for algorithm in algorithms:
-        if algorithm not in ("slem", "tli", "slrs"):
+        if algorithm not in registry.names(cross_vocabulary=True):
             raise ConfigError(f"replay.algorithms: {algorithm!r} is not a cross-vocabulary algorithm; choose from "
-                              f"slem, tli, slrs")
+                              f"{', '.join(registry.names(cross_vocabulary=True))}")
     like, target_tokenizer = recorded_target(target)
     k = defaults.K if k is None else k
 
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("records", type=Path, help="a run's records.jsonl holding greedy rows (read from "
                                                     "records.jsonl.gz where only that is kept)")
     parser.add_argument("--drafts", nargs="+", required=True, help="zoo drafter names or checkpoint directories")
-    parser.add_argument("--algorithms", nargs="+", default=["slem"], choices=["slem", "tli", "slrs", "sd"])
+    parser.add_argument("--algorithms", nargs="+", default=["slem"], choices=registry.names(drafting=True))
     parser.add_argument("--k", type=int, default=defaults.K)
     parser.add_argument("--temperature", type=float, default=0.0,
                         help="replay the records' rows at this temperature: 0 (greedy), or above 0 their coupled ar / "
@@ -188,9 +188,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     rows = records.read(args.records)
     if not rows:
         raise SystemExit(f"no records in {args.records}")
-    if args.temperature > 0 and set(args.algorithms) != {"slem"}:
-        raise SystemExit(f"--temperature {args.temperature} replays coupled exact-match verification: slem only (tli, "
-                         f"slrs and sd read the target's distribution, which a recording does not hold)")
+    couples = registry.names(drafting=True, couples=True)
+    if args.temperature > 0 and not set(args.algorithms) <= set(couples):
+        raise SystemExit(f"--temperature {args.temperature} replays coupled exact-match verification: "
+                         f"{', '.join(couples)} only (the others read the target's distribution, which a recording "
+                         f"does not hold)")
     recordings = exact_recordings(rows, args.temperature)[args.skip:][:args.limit]
     if not recordings:
         raise SystemExit(f"no recordings left in {args.records} after --skip {args.skip}")

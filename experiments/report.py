@@ -24,10 +24,11 @@ import argparse
 import csv
 import io
 import json
+import statistics
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from experiments.figure import short_cpu, short_name, speedup_figure, title_of
+from experiments.plots import short_cpu, short_name, speedup_figure, title_of
 from xvocab import records, ties
 from xvocab.cost import speedup_bounds
 
@@ -91,6 +92,19 @@ def verdict_counts(rs: list[dict]) -> str | None:
     return ", ".join(f"{counts[v]} {v}" for v in (*ties.VERDICTS, "unjudged") if counts[v])
 
 
+def speedup(row: dict, ar: dict | None) -> float | None:
+    """`row`'s speed over ar's at the same baseline. Variants timed side by side prompt by prompt
+    (experiments.variants): the median over prompts of the per-prompt ratios, so one decode disturbed by other work
+    on the machine moves one ratio, not the result; otherwise the ratio of pooled tokens/s."""
+    if ar is None or not ar["tokens_per_s"]:
+        return None
+    mine, base = row.get("per_prompt_tokens_per_s"), ar.get("per_prompt_tokens_per_s")
+    common = sorted(set(mine or ()) & set(base or ()))
+    if common:
+        return statistics.median(mine[p] / base[p] for p in common)
+    return row["tokens_per_s"] / ar["tokens_per_s"]
+
+
 def aggregate(recs: list[dict]) -> list[dict]:
     # Parallel sweep points may both record the same `ar` prompt (a greedy run's check and the ar run
     # itself): one record per (config, prompt) counts.
@@ -138,11 +152,13 @@ def aggregate(recs: list[dict]) -> list[dict]:
             equals_ar=(sum(r["equals_ar"] for r in rs) / len(rs)) if all("equals_ar" in r for r in rs) else None,
             ar_verdicts=verdict_counts(rs),
         )
+        if all(r.get("schedule") == "interleaved" for r in rs):  # timed prompt by prompt beside the others
+            row["per_prompt_tokens_per_s"] = {r["prompt_id"]: r["new_tokens"] / r["wall_seconds"] for r in rs
+                                              if r["wall_seconds"] > 0}
         rows.append(row)
-    ar = {r["baseline_key"]: r["tokens_per_s"] for r in rows if r["algorithm"] == "ar"}
+    ar = {r["baseline_key"]: r for r in rows if r["algorithm"] == "ar"}
     for r in rows:
-        base = ar.get(r["baseline_key"])
-        r["speedup"] = r["tokens_per_s"] / base if base else None
+        r["speedup"] = speedup(r, ar.get(r["baseline_key"]))
     rows.sort(key=lambda r: (str(r["cpu"]), r["target"], r["dataset"], r["temperature"], r["algorithm"] != "ar", str(r["draft"]),
                              r["algorithm"], r["k"], r["draft_confidence"], str(r["draft_encoding"]), r["draft_window"]))
     return rows

@@ -27,7 +27,7 @@ from tqdm import tqdm
 import xvocab
 from experiments import datasets, humaneval
 from experiments.variants import run_interleaved
-from xvocab import defaults, packed_linear, records, ties, zoo
+from xvocab import algorithms, defaults, packed_linear, records, ties, zoo
 from xvocab.commit import check_stop
 from xvocab.errors import ConfigError
 from xvocab.roles import prompt_ids
@@ -102,7 +102,7 @@ def point(cfg: dict, algorithm: str) -> dict:
             **({"draft_temperature": cfg["draft_temperature"]}
                if cfg.get("draft_temperature") is not None and cfg["temperature"] > 0 and not ar else {}),
             **({"coupling": cfg["coupling"]} if cfg.get("coupling", "none") != "none" and cfg["temperature"] > 0
-               and algorithm in ("ar", "slem") else {}),
+               and algorithms.get(algorithm).couples else {}),
             **({"cache": cfg["cache"]} if cfg.get("cache", "dynamic") != "dynamic" else {}),
             **({"stop": stops} if (stops := stop_strings(cfg)) else {}),
             **({"batch_size": cfg["batch_size"]} if cfg.get("batch_size", 1) != 1 else {}),

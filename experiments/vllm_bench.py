@@ -42,7 +42,7 @@ DEFAULT_VARIANTS = ("ar", "vllm-tli:smollm2-135m", "slem:smollm2-135m", "tli:smo
                     "slem:qwen2.5-coder-1.5b-drafter-deepseek-coder-aligned-v4", "sd:qwen2.5-coder-0.5b",
                     "xvocab-ar", "xvocab-slem:smollm2-135m")
 XVOCAB_LOOP = ("xvocab-ar", "xvocab-slem", "xvocab-tli")
-PROPOSER = ("slem", "tli")
+PROPOSER = ("slem", "tli")  # xvocab.vllm.settings.ALGORITHMS (tests/test_registry.py keeps them one list)
 VLLM_OWN = ("vllm-tli", "sd")
 
 

@@ -7,13 +7,18 @@ import copy
 import torch
 
 import xvocab
+from xvocab import algorithms
 from xvocab.policy import Costs, Policy
 from xvocab.zoo.tiny import mirror_model
+
+# The suites' algorithm lists, from the registry (a new algorithm joins every suite that runs these).
+CROSS = algorithms.names(cross_vocabulary=True)   # every algorithm over two vocabularies: slem, tli, slrs
+ALL = ("ar",) + CROSS                             # with the baseline
 
 
 def drafting(algorithm: str, draft, draft_tokenizer) -> dict:
     """generate()'s draft arguments for `algorithm`: none for ar, which refuses a draft it would not use."""
-    return {} if algorithm == "ar" else {"draft": draft, "draft_tokenizer": draft_tokenizer}
+    return {"draft": draft, "draft_tokenizer": draft_tokenizer} if algorithms.get(algorithm).uses_draft else {}
 
 
 def mirrored_pairs(pairs, seed=1) -> dict:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _support import flipping_policy, mirrored_pairs, policy_costs
+from _support import ALL, flipping_policy, mirrored_pairs, policy_costs
 
 import xvocab
 from xvocab import generate, generate_batch
@@ -25,7 +25,7 @@ from xvocab.zoo.tiny import mirror_model
 PAIRS = [("qwen2", "qwen35"), ("starcoder", "refact"), ("llama-spm", "mistral-v1"), ("gemma-4", "gpt-2")]
 PROMPTS = ["def fibonacci(n):", "x", "The quick brown fox jumps over the lazy dog. " * 3 + "\n\ndef main():\n",
            "  x = [1, 2, 3]\n"]
-ALGS = ("ar", "slem", "tli", "slrs")
+ALGS = ALL
 
 
 def _with_eos_bias(model, tok, value):

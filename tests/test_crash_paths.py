@@ -10,10 +10,11 @@ import json
 
 import pytest
 import torch
-from _support import resized
+from _support import CROSS, resized
 
 import xvocab
 from xvocab import kv
+from xvocab.algorithms import slem
 from xvocab.engine import generate
 from xvocab.errors import UnsupportedModelError, UnsupportedTokenizerError
 from xvocab.tokens import UnrepresentableTextError, codec
@@ -45,7 +46,7 @@ def test_one_tokenizer_with_heads_of_different_widths(qwen, alg, widths):
         assert len(ids) == 16 and max(ids) < target.get_output_embeddings().weight.shape[0]
 
 
-def test_slem_with_a_target_that_cannot_spell_the_drafts_bytes():
+def test_slem_with_a_target_that_cannot_spell_the_drafts_bytes(monkeypatch):
     """falcon cannot spell byte 0x04; a gpt-2 draft that writes it must not crash SLEM's re-encoding."""
     tt, dt = xvocab.zoo.tokenizer("falcon"), xvocab.zoo.tokenizer("gpt-2")
     assert 0x04 in codec(tt).missing_bytes and 0x04 not in codec(dt).missing_bytes
@@ -55,10 +56,22 @@ def test_slem_with_a_target_that_cannot_spell_the_drafts_bytes():
     head = draft.get_output_embeddings()
     with torch.no_grad():
         head.weight[ctrl] = head.weight[xvocab.token_bytes(dt).index(b" ")] * 3  # the draft writes 0x04 often
+    drafted = []  # the draft text slem re-encodes for the target, each time it holds the byte
+    spellable = slem._spellable_prefix
+
+    def watched(target_codec, extra: bytes) -> int:
+        if b"\x04" in extra:
+            drafted.append(extra)
+        return spellable(target_codec, extra)
+
+    monkeypatch.setattr(slem, "_spellable_prefix", watched)
     ref = generate(PROMPT, target=target, target_tokenizer=tt, algorithm="ar", max_new_tokens=20)
     for temperature in (0.0, 1.0):
+        drafted.clear()
         out = generate(PROMPT, target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt, algorithm="slem",
-                       k=4, max_new_tokens=20, temperature=temperature)
+                       k=4, max_new_tokens=20, temperature=temperature, seed=5)
+        assert drafted, f"T={temperature}: the draft never wrote 0x04: the path under test did not run"
+        assert 0 < len(out.token_ids) <= 20 and b"\x04" not in out.text.encode()
         if temperature == 0:
             assert out.token_ids == ref.token_ids
 
@@ -79,7 +92,7 @@ def test_the_drafts_context_limit_is_respected(monkeypatch):
 
     monkeypatch.setattr(kv.Decoder, "step", step)
     ref = generate(PROMPT, target=target, target_tokenizer=tt, algorithm="ar", max_new_tokens=40)
-    for alg in ("slem", "tli", "slrs"):
+    for alg in CROSS:
         longest.clear()
         out = generate(PROMPT, target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt, algorithm=alg,
                        k=4, max_new_tokens=40)
@@ -118,7 +131,7 @@ def test_unigram_tokenizers_are_read_exactly(tmp_path):
     target = xvocab.zoo.tiny_model(target_tok, seed=1)
     draft = mirror_model(target, target_tok, tok)
     ref = generate(PROMPT, target=target, target_tokenizer=target_tok, algorithm="ar", max_new_tokens=12)
-    for alg in ("slem", "tli", "slrs"):
+    for alg in CROSS:
         out = generate(PROMPT, target=target, target_tokenizer=target_tok, draft=draft, draft_tokenizer=tok,
                        algorithm=alg, k=3, max_new_tokens=12)
         assert out.token_ids == ref.token_ids, alg
@@ -317,46 +330,59 @@ def test_context_limit_is_read_from_the_text_config_on_both_loops():
         target.config = original
 
 
-def test_the_package_has_no_import_cycle_and_no_module_imports_anothers_private_names():
-    """Every import in xvocab/ (function-level ones too) read from the source: the module graph has no cycle, and
-    no `from xvocab.x import _name` or `x._name` reaches into another module. Control: the graph walk finds a
-    cycle when one is added."""
+PACKAGES = ("xvocab", "experiments", "paper_figs")  # every module of the project, read for the import graph
+
+
+def import_graph() -> tuple[dict[str, set[str]], list[str]]:
+    """({module: the project modules it imports}, private names imported across modules), read from the source of
+    every module in PACKAGES (function-level imports too)."""
     import ast
     from pathlib import Path
 
-    root = Path(xvocab.__file__).parent
-    modules = {".".join(p.relative_to(root.parent).with_suffix("").parts).removesuffix(".__init__"): p
-               for p in root.rglob("*.py")}
+    root = Path(xvocab.__file__).parent.parent
+    modules = {".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): p
+               for package in PACKAGES for p in (root / package).rglob("*.py")}
     graph, private = {}, []
     for name, path in modules.items():
         tree = ast.parse(path.read_text())
         deps = set()
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("xvocab"):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(PACKAGES):
                 deps.add(node.module)
                 deps.update(f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in modules)
                 private += [f"{name}: from {node.module} import {a.name}" for a in node.names
                             if a.name.startswith("_") and node.module != name]
             elif isinstance(node, ast.Import):
-                deps.update(a.name for a in node.names if a.name.startswith("xvocab"))
+                deps.update(a.name for a in node.names if a.name.startswith(PACKAGES))
         graph[name] = {d for d in deps if d in modules and d != name and not name.startswith(d + ".")
-                       and d != "xvocab"}
+                       and d not in PACKAGES}
+    return graph, private
 
-    def cycle(g):
-        state = {}
 
-        def visit(n, stack):
-            state[n] = 1
-            for m in sorted(g.get(n, ())):
-                if state.get(m) == 1:
-                    return stack + [n, m]
-                if m not in state and (found := visit(m, stack + [n])):
-                    return found
-            state[n] = 2
-            return None
+def find_cycle(g: dict[str, set[str]]) -> list[str] | None:
+    state = {}
 
-        return next((c for n in sorted(g) if n not in state and (c := visit(n, []))), None)
+    def visit(n, stack):
+        state[n] = 1
+        for m in sorted(g.get(n, ())):
+            if state.get(m) == 1:
+                return stack + [n, m]
+            if m not in state and (found := visit(m, stack + [n])):
+                return found
+        state[n] = 2
+        return None
 
-    assert cycle(graph) is None, cycle(graph)
+    return next((c for n in sorted(g) if n not in state and (c := visit(n, []))), None)
+
+
+def test_the_project_has_no_import_cycle_and_no_module_imports_anothers_private_names():
+    """Every import in xvocab/, experiments/ and paper_figs/ (function-level ones too) read from the source: the
+    module graph has no cycle, no library module imports the experiments, and no `from x import _name` reaches into
+    another module. Control: the graph walk finds a cycle when one is added."""
+    graph, private = import_graph()
+    assert find_cycle(graph) is None, find_cycle(graph)
     assert not private, private
-    assert cycle(graph | {"xvocab.rounds": graph["xvocab.rounds"] | {"xvocab.engine"}}) is not None  # control
+    upward = [(m, d) for m, deps in graph.items() if m.startswith("xvocab") for d in deps if not d.startswith("xvocab")]
+    assert not upward, f"library modules importing experiments or figures: {upward}"
+    assert find_cycle(graph | {"xvocab.rounds": graph["xvocab.rounds"] | {"xvocab.engine"}}) is not None  # control
+    assert find_cycle(graph | {"experiments.plots": graph["experiments.plots"] | {"experiments.report"}})  # control

@@ -7,7 +7,7 @@ with DEVICE=cpu). The first GPU session (2026-12-04) found four failures here th
 import os
 
 import pytest
-from _support import drafting
+from _support import ALL, CROSS, drafting
 
 import xvocab
 from xvocab.zoo.tiny import mirror_model
@@ -23,7 +23,7 @@ def _pair():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("alg", ["slem", "tli", "slrs"])
+@pytest.mark.parametrize("alg", CROSS)
 def test_cuda_greedy_equals_ar_and_sampling_is_seeded(alg):
     target, tt, draft, dt = _pair()
     ref = xvocab.generate("def f(x):", target=target, target_tokenizer=tt, algorithm="ar", max_new_tokens=24)
@@ -90,7 +90,7 @@ def test_graph_replays_equal_eager_before_and_after_rollback_across_the_window()
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("alg", ["ar", "slem", "tli", "slrs"])
+@pytest.mark.parametrize("alg", ALL)
 def test_graph_output_equals_eager_in_fp32_greedy_and_sampled_with_the_same_seed(alg):
     """Greedy, and sampled at T = 1 with one seed: the same draws from the same generator over probabilities
     equal up to float reassociation, so the same tokens (a draw within ~1e-6 of a boundary would be needed to
@@ -124,7 +124,7 @@ def test_batched_graph_rows_equal_generate_alone_through_one_pool(alg):
 
 @pytest.mark.gpu
 def test_graph_greedy_in_bf16_differs_only_at_near_ties():
-    """bf16 policy (README): the graph path's greedy output equals the eager one, or first differs where the
+    """bf16 policy (CONTRIBUTING.md, GPU sessions; xvocab.ties): the graph path's greedy output equals the eager one, or first differs where the
     top two logits are a tie at bf16 precision: within NEAR_TIE_ULPS bf16 spacings at the top logit's magnitude,
     measured in float32 over the same weights (a bf16 forward's own margin is off by as much; the first CPU dry
     run met a bf16 margin of 1.0 whose float32 margin was 0.49, at logits near 69 where bf16's spacing is 0.5).

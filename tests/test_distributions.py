@@ -30,14 +30,15 @@ Negative controls, one per algorithm, each a bug that once existed somewhere:
 from __future__ import annotations
 
 import collections
+from pathlib import Path
 
 import pytest
 import torch
-from _support import flipping_policy, resized
+from _support import CROSS, flipping_policy, resized
 from scipy.stats import chi2, ncx2
 
 import xvocab
-from xvocab import engine, rounds
+from xvocab import algorithms, engine, rounds
 from xvocab.algorithms.common import Proposal
 from xvocab.lossless import ALPHA, N, PROMPT, SETTINGS, TOKENS, exact_distribution, sampled_pvalue
 from xvocab.sampling import logits_to_probs
@@ -147,7 +148,7 @@ def cases():
 
 
 def _grid():
-    for alg in ("slem", "tli", "slrs"):
+    for alg in CROSS:
         for t, d, _ in CROSS_PAIRS:
             for s in SETTINGS:
                 yield alg, f"{t}<-{d}", s
@@ -354,3 +355,62 @@ def test_a_biased_pair_shows_each_verifier_bug(biased, alg, setting, monkeypatch
     that start with one target token (top-p; its top 3 rarely do); SLEM accepting every proposal fails too."""
     CONTROLS[alg][1](monkeypatch)
     assert sampled_pvalue(biased[0], alg, SETTINGS[setting]) < ALPHA
+
+
+# ------------------------------------------------------------------ the registry: every algorithm here, with its control
+
+
+def test_every_drafting_algorithm_is_in_the_grid_and_has_a_control_the_suite_plants():
+    drafting = set(algorithms.names(drafting=True))
+    assert {g.values[0] for g in GRID} == drafting, "an algorithm of the registry is missing from the sampled grid"
+    assert set(CONTROLS) == drafting, "an algorithm of the registry has no negative control in CONTROLS"
+    assert all(algorithms.get(a).control for a in drafting), "an entry does not say what its control plants"
+
+
+def readme_example() -> str:
+    """The python block of README's "Adding an algorithm" (what a reader copies)."""
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = text.split("## Adding an algorithm", 1)[1].split("\n## ", 1)[0]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+@pytest.fixture
+def readme_algorithm():
+    """README's worked example run as written: it registers "tli-point" (removed again afterwards)."""
+    namespace = {}
+    exec(compile(readme_example(), "README.md (Adding an algorithm)", "exec"), namespace)
+    yield algorithms.get("tli-point"), namespace
+    algorithms.REGISTRY.pop("tli-point")
+    algorithms.DRAFTERS.pop("tli-point")
+
+
+def _point_tli_sending_q(ctx, k):
+    """The example's control: the ids are the draft's argmax, but the rows sent are its softmax q (as if sampled)."""
+    m = ctx.maps.tli
+    ids, rows = [], []
+    for _ in range(k):
+        logits = m.restrict((yield from ctx.draft.next_logits()))
+        d = int(logits.argmax())
+        ids.append(m.to_target_host[d])
+        rows.append(m.push(logits_to_probs(logits, ctx.params), ctx.maps.target_vocab))
+        if d in ctx.maps.roles:
+            break
+        ctx.draft.rewind(len(ctx.draft.stream.ids), [d])
+    return Proposal.of(ids, rows)
+
+
+def test_the_readme_example_algorithm_is_lossless_and_its_control_is_rejected(cases, readme_algorithm, monkeypatch):
+    spec, _ = readme_algorithm
+    assert spec.name in algorithms.names(cross_vocabulary=True)
+    models = cases["control"]
+    target, tt, draft, dt = models
+    for prompt in ("def fibonacci(n):", "The quick brown fox"):
+        ar = xvocab.generate(prompt, target=target, target_tokenizer=tt, algorithm="ar", max_new_tokens=12)
+        out = xvocab.generate(prompt, target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt,
+                              algorithm="tli-point", max_new_tokens=12)
+        assert out.token_ids == ar.token_ids
+    setting = SETTINGS["T1-top_k3"]
+    exact = exact_distribution(target, tt, PROMPT, setting, TOKENS)
+    assert sampled_pvalue(models, "tli-point", setting, exact=exact) > ALPHA
+    monkeypatch.setitem(engine.DRAFTERS, "tli-point", _point_tli_sending_q)
+    assert sampled_pvalue(models, "tli-point", setting, exact=exact) < ALPHA

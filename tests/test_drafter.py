@@ -9,7 +9,7 @@ import torch
 
 from xvocab import generate, zoo
 from xvocab.drafter import code_prompts, generate_teacher_text, read_teacher_text
-from xvocab.drafter.student import (StudentShape, batch_rows, build_student, encode_documents, lr_at, save_student,
+from xvocab.drafter.student import (StudentShape, batch_rows, build_student, encode_documents, lr_schedule, save_student,
                                     train_student)
 from xvocab.drafter.teacher import continue_batch
 from xvocab.errors import ConfigError
@@ -324,10 +324,23 @@ def test_held_out_documents_never_include_one_trained_on_with_less_teacher_text(
     assert first_of_shuffle(ids, 64, 0) & (set(ids[:1000]) - first_of_shuffle(ids[:1000], 64, 0))
 
 
-def test_lr_schedule_warms_up_then_decays():
-    kw = dict(lr=1.0, min_lr=0.1, warmup=10, steps=110)
-    assert lr_at(0, **kw) == pytest.approx(0.1) and lr_at(9, **kw) == pytest.approx(1.0)
-    assert lr_at(60, **kw) == pytest.approx(0.55) and lr_at(110, **kw) == pytest.approx(0.1)
+def test_lr_schedule_warms_up_then_decays_and_resumes_where_it_stopped():
+    import math
+
+    def lrs(start=0, n=111):
+        optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=123.0)  # (a checkpoint's stale lr)
+        schedule = lr_schedule(optimizer, lr=1.0, min_lr=0.1, warmup=10, steps=110, start=start)
+        out = []
+        for _ in range(start, n):
+            out.append(optimizer.param_groups[0]["lr"])
+            optimizer.step()
+            schedule.step()
+        return out
+
+    closed = [(s + 1) / 10 if s < 10 else 0.1 + 0.45 * (1 + math.cos(math.pi * (s - 10) / 100)) for s in range(111)]
+    assert lrs() == pytest.approx(closed, abs=1e-9)
+    assert lrs()[60] == pytest.approx(0.55) and lrs()[110] == pytest.approx(0.1)
+    assert lrs(start=60) == pytest.approx(closed[60:], abs=1e-9)  # a run resumed at step 60
 
 
 def _train(tok, docs, work, steps, **over):

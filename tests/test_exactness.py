@@ -7,7 +7,7 @@ import collections
 
 import pytest
 import torch
-from _support import mirrored_pairs
+from _support import CROSS, mirrored_pairs
 from scipy.stats import chisquare
 
 import xvocab
@@ -22,7 +22,6 @@ from xvocab.verify import (exact_match_verify, exact_match_verify_reference, gre
                            rejection_verify_rows)
 from xvocab.zoo.tiny import GREEDY_BIAS, biased_pair, mirror_model
 
-CROSS = ("slem", "tli", "slrs")
 # Byte-level / SentencePiece both ways, large / small vocabularies.
 PAIRS = [("qwen2", "qwen35"), ("starcoder", "refact"), ("llama-spm", "mistral-v1"), ("gpt-2", "mpt"),
          ("mistral-v7", "llama-spm"), ("llama-bpe", "tekken-240911"), ("gemma-4", "gpt-2"), ("gpt-2", "gemma-4")]

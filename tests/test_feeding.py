@@ -7,7 +7,7 @@ positions per forward at k = 4 where 10, 5, 5, ... is right); outputs were uncha
 """
 import pytest
 import torch
-from _support import mirrored_pairs
+from _support import CROSS, mirrored_pairs
 
 import xvocab
 from xvocab import kv
@@ -49,7 +49,7 @@ class Spy:
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
-@pytest.mark.parametrize("alg", ["slem", "tli", "slrs"])
+@pytest.mark.parametrize("alg", CROSS)
 @pytest.mark.parametrize("pair", [PAIRS[0], *(pytest.param(p, marks=pytest.mark.slow) for p in PAIRS[1:])],
                          ids=lambda p: f"{p[0]}<-{p[1]}")
 def test_each_verification_feeds_the_proposals_plus_one(pairs, pair, alg, temperature, monkeypatch):

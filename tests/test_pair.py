@@ -4,7 +4,7 @@ decoders grow a static cache by one rule."""
 from __future__ import annotations
 
 import pytest
-from _support import drafting, mirrored_pairs
+from _support import ALL, drafting, mirrored_pairs
 
 import xvocab
 from xvocab import batch, engine, pair
@@ -36,7 +36,7 @@ def _through_the_pair(monkeypatch, tt, dt):
     monkeypatch.setattr(batch, "prepare", prepare)
 
 
-@pytest.mark.parametrize("algorithm", ["ar", "slem", "tli", "slrs"])
+@pytest.mark.parametrize("algorithm", ALL)
 def test_the_loops_read_the_tokenizers_only_through_the_pair(monkeypatch, cross, algorithm):
     target, tt, draft, dt = cross
     kw = dict(target=target, algorithm=algorithm, max_new_tokens=12, stop=["\n\n"])

@@ -1,5 +1,6 @@
 """The real cross-family pair: gemma-3-270m target, smollm2-135m draft, on HumanEval prompts."""
 import pytest
+from _support import CROSS
 
 import xvocab
 
@@ -14,11 +15,12 @@ def _check(pair, prompts, max_new_tokens):
     for row in prompts:
         ref = xvocab.generate(row["prompt"], target=target, target_tokenizer=tt, algorithm="ar",
                               max_new_tokens=max_new_tokens)
-        for alg in ("slem", "tli", "slrs"):
+        for alg in CROSS:
             out = xvocab.generate(row["prompt"], target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt,
                                   algorithm=alg, k=4, max_new_tokens=max_new_tokens)
             assert out.token_ids == ref.token_ids, (row["id"], alg)
-            assert out.stats.tau >= 1.0
+            # the equality is tested with drafts that are accepted, not with a draft the target always overrules
+            assert out.stats.tau > 1.0, (row["id"], alg, out.stats.tau)
 
 
 def test_real_pair_greedy_equals_ar_on_a_humaneval_prompt(pair):

@@ -3,7 +3,7 @@ real run's every step (proposals, acceptances, target forwards), and a replay th
 import json
 
 import pytest
-from _support import mirrored_pairs
+from _support import CROSS, mirrored_pairs
 
 from experiments import replay_tau
 from xvocab.engine import generate
@@ -34,7 +34,7 @@ def test_replay_makes_the_real_runs_every_step(pairs, pair, encoding):
     long and short acceptances are compared; every step must match, not only the totals."""
     target, tt, mirror, dt = pairs[pair]
     for draft in (mirror, tiny_model(dt, seed=7)):
-        for algorithm in ("slem", "tli", "slrs"):
+        for algorithm in CROSS:
             for prompt in PROMPTS[:2]:
                 kw = dict(draft=draft, draft_tokenizer=dt, algorithm=algorithm, k=3, max_new_tokens=N,
                           draft_encoding=encoding)

@@ -8,6 +8,7 @@ import json
 
 import pytest
 import torch
+from _support import CROSS
 
 import xvocab
 from xvocab import algorithms, engine
@@ -17,7 +18,7 @@ from xvocab.alignment.tables import pair_tables
 from xvocab.roles import prompt_ids, special_prefix
 from xvocab.zoo.tiny import mirror_model
 
-ALGS = ("slem", "tli", "slrs")
+ALGS = CROSS
 PROMPT = "def fibonacci(n):"
 
 

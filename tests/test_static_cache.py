@@ -3,7 +3,7 @@ the dynamic one does: logits after any history of feeds and rollbacks, across a 
 capacity it must grow; greedy outputs and seeded samples of every algorithm equal the dynamic path's."""
 import pytest
 import torch
-from _support import drafting, mirrored_pairs
+from _support import ALL, CROSS, drafting, mirrored_pairs
 
 import xvocab
 from xvocab import kv
@@ -61,7 +61,7 @@ def test_static_refuses_nothing_the_dynamic_cache_takes(pairs):
 def test_greedy_static_equals_dynamic_for_every_algorithm(pairs, pair):
     target, tt, draft, dt = pairs[pair]
     for prompt in PROMPTS:
-        for alg in ("ar", "slem", "tli", "slrs"):
+        for alg in ALL:
             kw = dict(target=target, target_tokenizer=tt, **drafting(alg, draft, dt), algorithm=alg, k=4,
                       max_new_tokens=20)
             dynamic, static = generate(prompt, **kw), generate(prompt, **kw, cache="static")
@@ -78,7 +78,7 @@ def test_greedy_static_equals_dynamic_for_every_algorithm(pairs, pair):
 def test_seeded_samples_static_equal_dynamic(pairs, pair):
     target, tt, draft, dt = pairs[pair]
     differ = 0
-    for alg in ("slem", "tli", "slrs"):
+    for alg in CROSS:
         for seed in range(4):
             kw = dict(target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt, algorithm=alg, k=3,
                       max_new_tokens=16, temperature=1.0, top_k=20, seed=seed)

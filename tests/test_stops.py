@@ -5,7 +5,7 @@ checking a round's tokens only as a whole (as a loop that tests `stop in text` a
 ends later, so the exactness assertions here can fail.
 """
 import pytest
-from _support import mirrored_pairs
+from _support import CROSS, mirrored_pairs
 
 import xvocab
 from xvocab.commit import Stop, check_stop
@@ -34,7 +34,7 @@ def test_stop_strings_end_every_algorithm_where_ar_ends(pairs, pair):
     ref = xvocab.generate(PROMPT, target=target, target_tokenizer=tt, algorithm="ar", max_new_tokens=40, stop=stop)
     assert 0 < len(ref.token_ids) < len(full.token_ids) and ref.token_ids == full.token_ids[: len(ref.token_ids)]
     assert stop[0] in ref.text and stop[0] not in tt.decode(ref.token_ids[:-1], skip_special_tokens=True)
-    for algorithm in ("slem", "tli", "slrs"):
+    for algorithm in CROSS:
         for k in (2, 5):
             out = xvocab.generate(PROMPT, target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt,
                                   algorithm=algorithm, k=k, max_new_tokens=40, stop=stop)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from xvocab import defaults, rounds
+from xvocab import algorithms, defaults, rounds
 from xvocab.algorithms import DRAFTERS, DraftContext, Proposal
 from xvocab.algorithms.common import Side
 from xvocab.batch_kv import BUCKETS, BatchDecoder, DecoderPool
@@ -113,7 +113,7 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
     slots = len(prompts) if batch_size is None else min(batch_size, len(prompts))
     params = SamplingParams(temperature, top_k, top_p)
     wall0 = time.perf_counter()
-    speculating = algorithm != "ar"
+    speculating = algorithms.get(algorithm).uses_draft
     pair = prepare(target, target_tokenizer, draft if speculating else None, draft_tokenizer, algorithm=algorithm,
                    draft_encoding=draft_encoding)  # the tokenizers checked; from here on only the pair reads them
     device = head_device(target)
@@ -268,17 +268,7 @@ def draft_in_lockstep(calls: dict, d_dec: BatchDecoder | None) -> tuple[dict[int
     return proposals, full
 
 
-class _NoBar:
-    def update(self, n: int) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
 def _bar(progress: bool, total: int):
-    if not progress:
-        return _NoBar()
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc="generate_batch", unit="tok")
+    return tqdm(total=total, desc="generate_batch", unit="tok", disable=not progress)

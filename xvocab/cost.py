@@ -60,13 +60,6 @@ def cost_ratios(*, target_ms: float, draft_ms: float, verify_ms: float, k: int) 
             "c": round(draft_ms / target_ms, 4), "v": round(verify_ms / target_ms, 3), "k": k}
 
 
-def pair_costs(target, draft, *, k: int, context: int = 128, reps: int = 20) -> dict:
-    """`cost_ratios` of a (target, draft) pair: one-token costs and the (k+1)-token verification."""
-    return cost_ratios(target_ms=forward_ms(target, new_tokens=1, context=context, reps=reps),
-                       draft_ms=forward_ms(draft, new_tokens=1, context=context, reps=reps),
-                       verify_ms=forward_ms(target, new_tokens=k + 1, context=context, reps=reps), k=k)
-
-
 def speedup_bounds(tau: float, *, k: int, c: float, v: float) -> dict:
     """The paper's bound tau / (1 + k c) and the measured-verification bound tau / (k c + v)."""
     return {"bound_paper": tau / (1 + k * c), "bound_measured": tau / (k * c + v)}

@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from xvocab import defaults, rounds
+from xvocab import algorithms, defaults, rounds
 from xvocab.algorithms import DRAFTERS, DraftContext, Proposal
 from xvocab.algorithms.common import Side, run
 from xvocab.commit import check_stop, commit
@@ -95,7 +95,7 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
     stop = check_stop(stop)
     rounds.validate(prompt, draft, draft_tokenizer, algorithm, k, max_new_tokens, draft_window)
     wall0 = time.perf_counter()
-    drafting = algorithm != "ar"
+    drafting = algorithms.get(algorithm).uses_draft
     pair = prepare(target, target_tokenizer, draft if drafting else None, draft_tokenizer, algorithm=algorithm,
                    draft_encoding=draft_encoding)  # the tokenizers checked; from here on only the pair reads them
     t_prompt = pair.target_prompt(prompt)  # encoded once, for the context check and the decode
@@ -140,7 +140,7 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
                              ctx=ctx, same_vocab=pair.same_vocab, drafting=drafting)
         if finished:
             break
-    draft_decoder = None if algorithm == "ar" else d_side.decoder
+    draft_decoder = d_side.decoder if algorithms.get(algorithm).uses_draft else None
     stats.finish(new_tokens=len(out), wall_seconds=time.perf_counter() - wall0, target_forwards=t_side.decoder.forwards,
                  prompt_tokens=len(t_side.prompt), target_tokens_fed=t_side.decoder.tokens_fed,
                  draft_forwards=draft_decoder.forwards if draft_decoder else 0,

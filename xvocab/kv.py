@@ -197,10 +197,6 @@ class Decoder:
         config = text_config(self.model)
         return Cache(layers=[StaticLayer(max_cache_len=self.capacity) for _ in range(config.num_hidden_layers)])
 
-    @property
-    def cached(self) -> int:
-        return len(self.ids)
-
     @torch.inference_mode()
     def step(self, full_ids: list[int], extra: list[int] = ()) -> torch.Tensor:
         """Logits [len(extra) + 1, V] after `full_ids` and after each token of `extra`."""

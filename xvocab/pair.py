@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from xvocab import algorithms
 from xvocab.alignment.aligned import ENCODINGS, AlignedCodec, draft_codec, model_encoding
 from xvocab.alignment.tables import PairTables, pair_tables, same_vocabulary
 from xvocab.commit import Stop
@@ -98,7 +99,8 @@ def prepare(target, target_tokenizer, draft=None, draft_tokenizer=None, *, algor
             draft_encoding: str | None = None) -> Pair:
     """The prepared pair (see the module docstring); draft=None prepares the target alone (ar).
 
-    `algorithm` "sd" requires one shared vocabulary (VocabularyMismatchError otherwise). `draft_encoding` None
+    `algorithm`: its registry entry decides whether one shared vocabulary is required (VocabularyMismatchError
+    otherwise) and which pair tables are built here (the others on first use). `draft_encoding` None
     takes what the draft's config says it was trained on, else `native`; one shared vocabulary always encodes
     natively (the two codecs are then one)."""
     check_tokenizer("target", target_tokenizer)  # before eos_ids reads it (prepare_for_target checks it for its callers)
@@ -122,12 +124,16 @@ def prepare_for_target(target_tokenizer, eos: tuple[int, ...], target_vocab: int
         return Pair(**base)
     check_tokenizer("draft", draft_tokenizer)
     same = same_vocabulary(target_tokenizer, draft_tokenizer)  # the one time per call (module docstring)
-    if algorithm == "sd" and not same:
-        raise VocabularyMismatchError("algorithm 'sd' needs one shared vocabulary but the tokenizers differ; "
-                                      "use 'slem', 'tli' or 'slrs' for heterogeneous vocabularies")
+    spec = algorithms.get(algorithm) if algorithm is not None else None
+    if spec is not None and spec.one_vocabulary and not same:
+        raise VocabularyMismatchError(f"algorithm {algorithm!r} needs one shared vocabulary but the tokenizers "
+                                      f"differ; use one of {', '.join(algorithms.names(cross_vocabulary=True))} "
+                                      f"for heterogeneous vocabularies")
     encoding = "native" if same else draft_encoding or model_encoding(draft)
     tables = pair_tables(target_tokenizer, draft_tokenizer, target_vocab, output_vocab(draft),
                          tuple(eos), eos_ids(draft, draft_tokenizer), same=same)
+    tables = tables.to(head_device(draft))
+    for name in spec.tables if spec is not None else ():  # built now, not inside the first timed decode
+        tables.table(name)
     return Pair(**base, draft_tokenizer=draft_tokenizer, same_vocab=same,
-                draft_codec=draft_codec(target_tokenizer, draft_tokenizer, encoding),
-                tables=tables.to(head_device(draft)))
+                draft_codec=draft_codec(target_tokenizer, draft_tokenizer, encoding), tables=tables)

@@ -31,9 +31,12 @@ def equals_ar_by_construction(config: dict) -> bool:
     coupling=gumbel, which races `ar coupling=gumbel` on the same noise tape (same seed, same prompt index) and
     emits the target's own samples, whatever it drafts (xvocab.coupling). Other sampled rows are other samples of
     the same distribution: tests/test_distributions.py proves those."""
-    if config["algorithm"] == "ar":
+    from xvocab import algorithms  # (here: reading and writing records needs no model code)
+
+    spec = algorithms.get(config["algorithm"])
+    if not spec.uses_draft:  # ar itself is the reference
         return False
-    return config["temperature"] == 0 or (config["algorithm"] == "slem" and config.get("coupling") == "gumbel")
+    return config["temperature"] == 0 or (spec.couples and config.get("coupling") == "gumbel")
 
 
 def reference_tape(config: dict):

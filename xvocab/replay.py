@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import torch
 
+from xvocab import algorithms
 from xvocab.errors import ConfigError
 from xvocab.pair import output_vocab
 
@@ -113,10 +114,11 @@ def replay(prompt: str, continuation: list[int], *, like, target_tokenizer, draf
     from xvocab.engine import generate
     from xvocab.pair import prepare
 
-    if temperature > 0 and (coupling != "gumbel" or algorithm not in ("slem", "ar")):
+    if temperature > 0 and (coupling != "gumbel" or not algorithms.get(algorithm).couples):
         raise ConfigError(f"a replay at temperature {temperature} needs exact-match verification on shared noise: "
-                          f"algorithm slem (or ar) with coupling='gumbel' (got {algorithm}, coupling={coupling!r}); "
-                          f"tli, slrs and sd read the target's distribution, which a recording does not hold")
+                          f"algorithm {' or '.join(algorithms.names(couples=True))} with coupling='gumbel' (got "
+                          f"{algorithm}, coupling={coupling!r}); {', '.join(algorithms.names(couples=False))} read the "
+                          f"target's distribution, which a recording does not hold")
     t_prompt = prepare(like, target_tokenizer).target_prompt(prompt)
     target = ReplayTarget(like, t_prompt, continuation)
     out = generate(prompt, target=target, target_tokenizer=target_tokenizer, draft=draft,

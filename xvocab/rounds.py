@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
-from xvocab.algorithms import DRAFTERS, Proposal
+from xvocab import algorithms
+from xvocab.algorithms import Proposal
 from xvocab.coupling import COUPLINGS, NoiseTape
 from xvocab.errors import ConfigError
 from xvocab.pair import output_vocab
@@ -34,7 +35,7 @@ from xvocab.verify import (
     rejection_verify_rows,
 )
 
-ALGORITHMS = tuple(DRAFTERS)
+ALGORITHMS = tuple(algorithms.REGISTRY)
 
 
 @dataclass(frozen=True)
@@ -52,8 +53,7 @@ def validate(prompt, draft, draft_tokenizer, algorithm, k, max_new_tokens, draft
                           f"(token ids: decode them with the target's tokenizer first)")
     if not prompt:
         raise ConfigError("the prompt is empty; pass the text to continue")
-    if algorithm not in DRAFTERS:
-        raise ConfigError(f"unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
+    spec = algorithms.get(algorithm)  # (an unknown name is refused there, listing the registry)
     for name, value in (("k", k), ("max_new_tokens", max_new_tokens), ("draft_window", draft_window)):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):  # (numpy ints are Integral)
             raise ConfigError(f"{name}={value!r} is a {type(value).__name__}; it counts tokens: pass an int")
@@ -64,25 +64,27 @@ def validate(prompt, draft, draft_tokenizer, algorithm, k, max_new_tokens, draft
     if draft_window < 0:
         raise ConfigError(f"draft_window={draft_window}: pass the number of prompt ids the draft reads (at least 1), "
                           f"or 0 for the whole prompt")
-    if algorithm == "ar" and draft_window:
-        raise ConfigError(f"draft_window={draft_window} cuts the draft's prompt, but algorithm 'ar' has no draft; drop "
-                          f"draft_window= (or 0), or choose an algorithm that drafts (slem, tli, slrs, sd)")
-    if algorithm == "ar" and (draft is not None or draft_tokenizer is not None):
-        raise ConfigError("algorithm 'ar' decodes with the target alone, but a draft was passed; drop draft= and "
-                          "draft_tokenizer=, or choose an algorithm that drafts (slem, tli, slrs, sd)")
-    if algorithm != "ar" and draft is None:
+    drafting = ", ".join(algorithms.names(drafting=True))
+    if not spec.uses_draft and draft_window:
+        raise ConfigError(f"draft_window={draft_window} cuts the draft's prompt, but algorithm {algorithm!r} has no "
+                          f"draft; drop draft_window= (or 0), or choose an algorithm that drafts ({drafting})")
+    if not spec.uses_draft and (draft is not None or draft_tokenizer is not None):
+        raise ConfigError(f"algorithm {algorithm!r} decodes with the target alone, but a draft was passed; drop "
+                          f"draft= and draft_tokenizer=, or choose an algorithm that drafts ({drafting})")
+    if spec.uses_draft and draft is None:
         raise ConfigError(f"algorithm {algorithm!r} needs a draft model; pass draft= or use algorithm='ar'")
-    if algorithm != "ar" and draft_tokenizer is None:
+    if spec.uses_draft and draft_tokenizer is None:
         raise ConfigError("the draft has no tokenizer; pass draft_tokenizer= (its own, even if it equals the target's)")
 
 
 def noise_tape(coupling: str, algorithm: str, params: SamplingParams, seed: int, target, device) -> NoiseTape | None:
-    """The NoiseTape a sampled run verifies exact matches with under coupling="gumbel" (ar and slem; the
-    rejection-sampling algorithms ignore it), else None."""
+    """The NoiseTape a sampled run verifies exact matches with under coupling="gumbel" (the algorithms whose
+    registry entry couples), else None."""
     if coupling not in COUPLINGS:
         raise ConfigError(f"coupling={coupling!r}; choose one of {', '.join(COUPLINGS)}")
-    if coupling != "none" and algorithm not in ("ar", "slem"):
-        raise ConfigError(f"coupling={coupling!r} couples exact-match verification (ar and slem) to shared noise; "
+    if coupling != "none" and not algorithms.get(algorithm).couples:
+        couples = " and ".join(algorithms.names(couples=True))
+        raise ConfigError(f"coupling={coupling!r} couples exact-match verification ({couples}) to shared noise; "
                           f"{algorithm} verifies by rejection sampling, which reads no noise tape: drop coupling= for it")
     if coupling == "none" or params.greedy:
         return None

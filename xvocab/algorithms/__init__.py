@@ -1,13 +1,60 @@
-"""Drafting strategies, one per file. Each is `draft(ctx, k)`, a generator returning a Proposal (it yields
-the draft sequences whose logits it needs: xvocab.algorithms.common).
+"""Drafting strategies, one per file, and the registry that says what each one is.
 
-A Proposal carries target-vocabulary ids and, for the rejection-sampling family
-(sd, tli, slrs), the distribution each was drawn from; SLEM's proposals carry none and
-are verified by exact match. The engine knows algorithms only through this table.
+Each file defines `draft(ctx, k)`, a generator returning a Proposal (it yields the draft sequences whose logits
+it needs: xvocab.algorithms.common), and `ALGORITHM`, its entry: how its proposals are verified, whether it reads
+a draft, can be coupled or needs one vocabulary, which pair tables it reads, and its negative control
+(xvocab.algorithms.common.Algorithm). REGISTRY lists them, one line each; everything outside this package knows
+algorithms only through it (the loops, xvocab.pair, xvocab.records, the sweeps, the benchmarks and the test
+suites). Adding an algorithm is its file, its line below and conf/algorithm/<name>.yaml (README, "Adding an
+algorithm"; tests/test_registry.py checks each entry against its drafter and the suites).
+
+A Proposal carries target-vocabulary ids and, for the rejection-sampling family (sd, tli, slrs), the
+distribution each was drawn from; exact-match proposals (slem, ar) carry none.
 """
 from xvocab.algorithms import ar, sd, slem, slrs, tli
-from xvocab.algorithms.common import DraftContext, Proposal
+from xvocab.algorithms.common import Algorithm, DraftContext, Proposal
+from xvocab.errors import ConfigError
 
-DRAFTERS = {"ar": ar.draft, "sd": sd.draft, "slem": slem.draft, "tli": tli.draft, "slrs": slrs.draft}
+REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
+    ar.ALGORITHM,
+    slem.ALGORITHM,
+    tli.ALGORITHM,
+    slrs.ALGORITHM,
+    sd.ALGORITHM,
+)}
+DRAFTERS = {name: a.draft for name, a in REGISTRY.items()}  # name -> draft(ctx, k), patched by the negative controls
 
-__all__ = ["DRAFTERS", "DraftContext", "Proposal"]
+
+def register(algorithm: Algorithm) -> Algorithm:
+    """Add an algorithm defined outside this package (a research script's): from then on xvocab.generate,
+    generate_batch, the sweeps and the checks that read the registry know it. A name already taken is refused."""
+    if not isinstance(algorithm, Algorithm):
+        raise ConfigError(f"register takes an xvocab.algorithms.Algorithm, not a {type(algorithm).__name__}")
+    if algorithm.name in REGISTRY:
+        raise ConfigError(f"an algorithm named {algorithm.name!r} is registered already; choose another name")
+    REGISTRY[algorithm.name] = algorithm
+    DRAFTERS[algorithm.name] = algorithm.draft
+    return algorithm
+
+
+def get(name: str) -> Algorithm:
+    """The registry entry of `name`, or a ConfigError listing the algorithms."""
+    try:
+        return REGISTRY[name]
+    except (KeyError, TypeError):
+        raise ConfigError(f"unknown algorithm {name!r}; choose one of {', '.join(REGISTRY)}") from None
+
+
+def names(*, drafting: bool | None = None, verification: str | None = None, couples: bool | None = None,
+          cross_vocabulary: bool | None = None, in_vllm: bool | None = None) -> tuple[str, ...]:
+    """The registered names with the asked properties, in registry order (None: either)."""
+    def keep(a: Algorithm) -> bool:
+        return ((drafting is None or a.uses_draft == drafting)
+                and (verification is None or a.verification == verification)
+                and (couples is None or a.couples == couples)
+                and (cross_vocabulary is None or (a.uses_draft and not a.one_vocabulary) == cross_vocabulary)
+                and (in_vllm is None or a.in_vllm == in_vllm))
+    return tuple(n for n, a in REGISTRY.items() if keep(a))
+
+
+__all__ = ["DRAFTERS", "REGISTRY", "Algorithm", "DraftContext", "Proposal", "get", "names", "register"]

@@ -5,10 +5,15 @@ sequence (`yield from ctx.draft.next_logits()`) and is sent back the logits [V_d
 Proposal. It never calls a model itself, so one sequence (`run`, with its Decoder) and a batch (xvocab.batch:
 every row's drafter advanced in lockstep, one batched forward per round) run the same drafting code.
 A drafter that needs no logits (`ar`) may return its Proposal directly.
+
+`Algorithm` is what an algorithm says of itself to everything outside its file (xvocab.algorithms.REGISTRY):
+how its proposals are verified, whether it reads a draft, can be coupled, needs one vocabulary, which pair tables
+its drafter reads, and the bug its negative control plants.
 """
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -125,3 +130,35 @@ class Proposal:
         if len(self.ids) <= n:
             return self
         return Proposal(self.ids[:n], None if self.probs is None else self.probs[:n])
+
+
+VERIFICATIONS = ("exact", "rejection")  # exact match (no q: the target's own choice decides) | rejection against q
+TABLES = ("tli", "slrs")                # the PairTables a drafter may read (xvocab.alignment.tables)
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """One algorithm as the rest of xvocab sees it; every place that asks "which algorithms ..." reads these.
+
+    Invariant (tests/test_registry.py): `verification` matches the Proposals `draft` returns (exact: probs None;
+    rejection: probs when sampling); every drafting algorithm has a `control` that the distribution suite plants
+    and must reject, and appears in the exactness and distribution suites."""
+
+    name: str
+    draft: Callable                # draft(ctx: DraftContext, k) -> Proposal, a generator (module docstring)
+    verification: str              # one of VERIFICATIONS
+    summary: str                   # one line: what it proposes
+    uses_draft: bool = True        # False: the target alone (ar); a draft passed to it is refused
+    couples: bool = False          # coupling="gumbel" applies: exact-match verification racing on shared noise
+    one_vocabulary: bool = False   # refused unless target and draft share one vocabulary
+    tables: tuple[str, ...] = ()   # the pair tables its drafter reads (of TABLES): built at prepare, only for it
+    control: str = ""              # the bug its negative control plants (tests/test_distributions.py CONTROLS)
+    in_vllm: bool = False          # served by xvocab.vllm's proposer (greedy drafting: point proposals)
+
+    def __post_init__(self):
+        if self.verification not in VERIFICATIONS:
+            raise ValueError(f"algorithm {self.name!r}: verification={self.verification!r}; one of {VERIFICATIONS}")
+        if not set(self.tables) <= set(TABLES):
+            raise ValueError(f"algorithm {self.name!r}: tables={self.tables}; each one of {TABLES}")
+        if self.couples and self.verification != "exact":
+            raise ValueError(f"algorithm {self.name!r}: coupling races exact-match verification only")

@@ -15,6 +15,11 @@ keeps its name, its vocabulary check and this file; the drafting is written once
 """
 from __future__ import annotations
 
+from xvocab.algorithms.common import Algorithm
 from xvocab.algorithms.tli import draft
 
-__all__ = ["draft"]
+ALGORITHM = Algorithm("sd", draft, verification="rejection", one_vocabulary=True, tables=("tli",),
+                      summary="standard speculative sampling over one shared vocabulary (Leviathan et al. 2023)",
+                      control="the residual max(p - q, 0) sampled unnormalized")
+
+__all__ = ["ALGORITHM", "draft"]

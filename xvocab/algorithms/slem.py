@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 
-from xvocab.algorithms.common import DraftContext, Proposal
+from xvocab.algorithms.common import Algorithm, DraftContext, Proposal
 from xvocab.alignment.translate import complete_utf8, propose
 from xvocab.tokens import UnrepresentableTextError
 
@@ -65,3 +65,10 @@ def _spellable_prefix(target_codec, extra: bytes) -> int:
     refact lack a few control bytes: the target can never emit them, so no proposal goes past them)."""
     missing = target_codec.missing_bytes
     return next((i for i, b in enumerate(extra) if b in missing), len(extra)) if missing else len(extra)
+
+
+ALGORITHM = Algorithm("slem", draft, verification="exact", couples=True, in_vllm=True,
+                      summary="the draft's text re-tokenized for the target, kept as far as it equals the target's "
+                              "own choices (Timor et al. 2025, Alg. 2)",
+                      control="every proposal accepted without the target's own draw (coupled: the race written "
+                              "as argmax p E instead of p / E)")

@@ -20,7 +20,7 @@ Expected acceptance per position: sum_t min(p(t), psi(t)).
 """
 from __future__ import annotations
 
-from xvocab.algorithms.common import DraftContext, Proposal
+from xvocab.algorithms.common import Algorithm, DraftContext, Proposal
 
 
 def draft(ctx: DraftContext, k: int) -> Proposal:
@@ -45,3 +45,9 @@ def draft(ctx: DraftContext, k: int) -> Proposal:
         if not ctx.confident(logits, d):
             break
     return Proposal.of(ids, rows)
+
+
+ALGORITHM = Algorithm("slrs", draft, verification="rejection", tables=("slrs",),
+                      summary="rejection sampling against psi, the draft's mass induced on target tokens (Timor et "
+                              "al. 2025)",
+                      control="q(d) of the drawn draft token used in place of psi(t)")

@@ -15,7 +15,7 @@ Cost: k draft forwards, a scatter over V_target per position, one target forward
 """
 from __future__ import annotations
 
-from xvocab.algorithms.common import DraftContext, Proposal
+from xvocab.algorithms.common import Algorithm, DraftContext, Proposal
 
 
 def draft(ctx: DraftContext, k: int) -> Proposal:
@@ -33,3 +33,9 @@ def draft(ctx: DraftContext, k: int) -> Proposal:
         if not ctx.confident(logits, d):
             break
     return Proposal.of(ids, rows)
+
+
+ALGORITHM = Algorithm("tli", draft, verification="rejection", tables=("tli",), in_vllm=True,
+                      summary="the draft restricted to the byte-exact vocabulary intersection, verified by "
+                              "rejection sampling (Timor et al. 2025, Alg. 4)",
+                      control="the draft's distribution restricted to the intersection but not renormalized")

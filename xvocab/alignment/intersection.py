@@ -38,10 +38,6 @@ class VocabMap:
         return self.draft_to_target != NO_TOKEN
 
     @property
-    def target_mask(self) -> torch.Tensor:  # [V_target] bool
-        return self.target_to_draft != NO_TOKEN
-
-    @property
     def size(self) -> int:
         return int(self.draft_mask.sum())
 

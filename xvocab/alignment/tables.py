@@ -1,7 +1,7 @@
 """Per-pair id tables the drafters read: which draft ids may be proposed, and as which target id.
 
-What: for a (target, draft) pair, `pair_tables` builds once (cached) two `DraftIds` tables and the
-role map, at the widths of the two models' output heads:
+What: for a (target, draft) pair, `pair_tables` gives (cached) the role map and two `DraftIds` tables, each built
+on first use, at the widths of the two models' output heads:
 * `tli`: draft id -> the target id with the same bytes (the intersection; identity when the two
   vocabularies coincide);
 * `slrs`: draft id -> the first target token of its bytes;
@@ -25,7 +25,7 @@ target's width whatever the draft's width.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 
 import torch
 
@@ -70,17 +70,38 @@ class DraftIds:
         return torch.zeros(target_vocab, dtype=q.dtype, device=q.device).index_add_(0, self.dst, q[self.src])
 
 
-@dataclass(frozen=True, eq=False)
 class PairTables:
-    """Per-pair id tables the drafters use (see the module docstring)."""
+    """Per-pair id tables the drafters use (see the module docstring), each built on first use and kept: an
+    algorithm pays only for the tables its registry entry names (xvocab.pair.prepare builds those up front)."""
 
-    tli: DraftIds            # the intersection: draft id -> the target id with the same bytes
-    slrs: DraftIds           # draft id -> first target token of its bytes
-    roles: dict[int, int]    # draft special id -> target id (EOS only)
-    target_vocab: int        # width of the target's output head
+    def __init__(self, make: dict, roles: dict[int, int], target_vocab: int):
+        self._make = make                # name -> () -> DraftIds
+        self._built: dict[str, DraftIds] = {}
+        self.roles = roles               # draft special id -> target id (EOS only)
+        self.target_vocab = target_vocab  # width of the target's output head
+
+    def table(self, name: str) -> DraftIds:
+        if name not in self._built:
+            self._built[name] = self._make[name]()
+        return self._built[name]
+
+    @property
+    def tli(self) -> DraftIds:
+        """The intersection: draft id -> the target id with the same bytes."""
+        return self.table("tli")
+
+    @property
+    def slrs(self) -> DraftIds:
+        """Draft id -> first target token of its bytes."""
+        return self.table("slrs")
+
+    def built(self) -> tuple[str, ...]:
+        return tuple(self._built)
 
     def to(self, device) -> "PairTables":
-        return PairTables(self.tli.to(device), self.slrs.to(device), self.roles, self.target_vocab)
+        """These tables on `device`: each one built (once, here) when first asked for there, then moved."""
+        return PairTables({name: (lambda name=name: self.table(name).to(device)) for name in self._make},
+                          self.roles, self.target_vocab)
 
 
 def same_vocabulary(a, b) -> bool:
@@ -101,23 +122,27 @@ def pair_tables(target_tokenizer, draft_tokenizer, target_vocab: int, draft_voca
     main_eos = target_tokenizer.eos_token_id if target_tokenizer.eos_token_id in t_eos else min(t_eos, default=None)
     same = same_vocabulary(target_tokenizer, draft_tokenizer) if same is None else same
     roles = {} if main_eos is None else {d: (d if same and d in t_eos else main_eos) for d in d_eos}
-    n_draft = len(dc.token_bytes)
-    if same:
-        d2t = torch.arange(n_draft)
-        d2t[torch.tensor([b is None for b in dc.token_bytes], dtype=torch.bool)] = NO_TOKEN
-    else:
-        d2t = intersection(target_tokenizer, draft_tokenizer).draft_to_target.clone()
-        specials = torch.tensor([b is None for b in dc.token_bytes], dtype=torch.bool)
-        d2t[specials] = NO_TOKEN  # the intersection's BOS/PAD roles are not proposals
-    first = d2t.clone() if same else _first_target_tokens(tc, dc, d2t)  # one vocabulary: every id is its own
-    tables = []
-    for to_target in (d2t, first):
+
+    @cache
+    def d2t() -> torch.Tensor:  # [V_draft]: the intersection (both tables start from it), computed once if asked
+        if same:
+            out = torch.arange(len(dc.token_bytes))
+        else:
+            out = intersection(target_tokenizer, draft_tokenizer).draft_to_target.clone()
+        out[torch.tensor([b is None for b in dc.token_bytes], dtype=torch.bool)] = NO_TOKEN  # no BOS/PAD proposals
+        return out
+
+    def fitted(to_target: torch.Tensor) -> DraftIds:
         to_target = _fit(to_target, draft_vocab)
         to_target[to_target >= target_vocab] = NO_TOKEN  # ids past the target's head: it can never emit them
         for d, t in roles.items():
             to_target[d] = t
-        tables.append(DraftIds.of(to_target))
-    return PairTables(tables[0], tables[1], roles, target_vocab)
+        return DraftIds.of(to_target)
+
+    # (one vocabulary: every id is its own first target token)
+    return PairTables({"tli": lambda: fitted(d2t().clone()),
+                       "slrs": lambda: fitted(d2t().clone() if same else _first_target_tokens(tc, dc, d2t()))},
+                      roles, target_vocab)
 
 
 def _first_target_tokens(tc, dc, d2t: torch.Tensor) -> torch.Tensor:

@@ -18,10 +18,10 @@ through explicit generators; weight initialisation runs inside `torch.random.for
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -161,12 +161,22 @@ def pad_rows(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Te
     return ids, mask, ids.masked_fill(mask == 0, IGNORE)
 
 
-def lr_at(step: int, *, lr: float, min_lr: float, warmup: int, steps: int) -> float:
-    """Linear warmup to `lr`, then cosine decay to `min_lr` at `steps`."""
-    if step < warmup:
-        return lr * (step + 1) / warmup
-    progress = min(1.0, (step - warmup) / max(1, steps - warmup))
-    return min_lr + 0.5 * (lr - min_lr) * (1 + math.cos(math.pi * progress))
+def lr_schedule(optimizer, *, lr: float, min_lr: float, warmup: int, steps: int, start: int = 0):
+    """torch's schedulers for the optimizer's lr: linear warmup to `lr` over `warmup` steps (step s at
+    (s + 1) / warmup of it), then cosine decay to `min_lr` at `steps`; advanced to step `start` (a resumed run,
+    whatever lr its checkpointed optimizer held)."""
+    for group in optimizer.param_groups:
+        group["lr"] = group["initial_lr"] = lr
+    sched = torch.optim.lr_scheduler
+    cosine = sched.CosineAnnealingLR(optimizer, T_max=max(1, steps - warmup), eta_min=min_lr)
+    schedule = cosine if warmup <= 1 else sched.SequentialLR(
+        optimizer, [sched.LinearLR(optimizer, start_factor=1 / warmup, end_factor=1.0, total_iters=warmup - 1),
+                    cosine], milestones=[warmup])
+    with warnings.catch_warnings():  # advancing before any optimizer.step() is what a resumed run means here
+        warnings.simplefilter("ignore", UserWarning)
+        for _ in range(start):
+            schedule.step()
+    return schedule
 
 
 def _loss(model, ids, mask, labels, autocast: bool) -> torch.Tensor:
@@ -329,6 +339,7 @@ def train_student(model, teacher_docs: list[list[int]], raw_docs: list[list[int]
         optimizer.load_state_dict(state["optimizer"])
         progress = {key: state[key] for key in progress}
     step, seconds0 = progress["step"], progress["seconds"]
+    schedule = lr_schedule(optimizer, lr=lr, min_lr=min_lr, warmup=warmup, steps=steps, start=step)
     start, tokens = time.perf_counter(), 0
     if step == 0 and holdout and log_start:  # where a run continuing a drafter starts from
         first = {"step": 0, "tokens": 0, "seconds": 0.0,
@@ -349,8 +360,6 @@ def train_student(model, teacher_docs: list[list[int]], raw_docs: list[list[int]
             ids, mask, labels, soft = batch_rows(teacher_docs, raw_docs, batch_size=batch_size,
                                                  raw_fraction=raw_fraction, generator=generator, pad_id=pad_id,
                                                  teacher_soft=teacher_soft, next_token=next_token)
-            for group in optimizer.param_groups:
-                group["lr"] = lr_at(step, lr=lr, min_lr=min_lr, warmup=warmup, steps=steps)
             optimizer.zero_grad(set_to_none=True)
             loss = _accumulate(model, ids, mask, labels, device, autocast, micro_batches, soft, distill)
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -373,6 +382,7 @@ def train_student(model, teacher_docs: list[list[int]], raw_docs: list[list[int]
             log.write(json.dumps(entry) + "\n")
             log.flush()
             bar.set_postfix(loss=f"{entry['loss']:.3f}", tok_s=f"{entry['tokens_per_s']:.0f}")
+            schedule.step()
             if (step + 1) % checkpoint_every == 0 or done:
                 _save_checkpoint(ckpt, model, optimizer, progress)
             if done:

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from xvocab import defaults
+from xvocab import algorithms, defaults
 from xvocab.alignment.aligned import ENCODINGS
 from xvocab.errors import ConfigError
 from xvocab.vllm.kernels import CHOICES as KERNELS
 
 KEY = "xvocab"                 # the additional_config entry the settings live under
-ALGORITHMS = ("slem", "tli")   # verified by vLLM as point proposals (module docstring)
+ALGORITHMS = algorithms.names(in_vllm=True)  # verified by vLLM as point proposals (module docstring): slem, tli
 DTYPES = ("float32", "bfloat16", "float16")
 MAX_ROWS = 32                  # draft KV rows held at once (requests beyond them decode without proposals)
 

@@ -1,4 +1,4 @@
-"""`python -m xvocab.pair_report TARGET DRAFT` (or `--all`): how well two vocabularies align.
+"""`python -m experiments.pair_report TARGET DRAFT` (or `--all`): how well two vocabularies align.
 
 The first thing to run before choosing a pair. For each (target, draft):
 * vocabulary sizes, and the byte-exact intersection (xvocab.alignment.intersection) as a
@@ -110,7 +110,7 @@ def cuts_report(target: str, draft: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> list[PairRow]:
-    parser = argparse.ArgumentParser(prog="python -m xvocab.pair_report", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m experiments.pair_report", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("target", nargs="?")
     parser.add_argument("draft", nargs="?")
