@@ -281,7 +281,7 @@ def _run_batches(todo: list, cfg: dict, conf: dict, algorithm: str, models, path
                           draft_confidence=cfg["draft_confidence"],
                           draft_window=0 if algorithm == "ar" else cfg["draft_window"],
                           draft_encoding=None if algorithm == "ar" else cfg.get("draft_encoding"),
-                          policy=policy, graphs=cfg["cache"] == "graph", draft_temperature=cfg["draft_temperature"],
+                          policy=policy, cache=cfg["cache"], draft_temperature=cfg["draft_temperature"],
                           batch_size=size, on_finish=on_finish, coupling=cfg["coupling"], stop=stop_strings(cfg))
     bar.close()
 

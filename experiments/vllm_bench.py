@@ -38,11 +38,13 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
+from xvocab.vllm.settings import ALGORITHMS
+
 DEFAULT_VARIANTS = ("ar", "vllm-tli:smollm2-135m", "slem:smollm2-135m", "tli:smollm2-135m", "slem:gemma-3-270m",
                     "slem:qwen2.5-coder-1.5b-drafter-deepseek-coder-aligned-v4", "sd:qwen2.5-coder-0.5b",
                     "xvocab-ar", "xvocab-slem:smollm2-135m")
 XVOCAB_LOOP = ("xvocab-ar", "xvocab-slem", "xvocab-tli")
-PROPOSER = ("slem", "tli")  # xvocab.vllm.settings.ALGORITHMS (tests/test_registry.py keeps them one list)
+PROPOSER = ALGORITHMS  # what xvocab's proposer serves (the registry's entries with in_vllm)
 VLLM_OWN = ("vllm-tli", "sd")
 
 
@@ -347,8 +349,9 @@ def report(out: Path) -> None:
 
 
 def _figure(out: Path, rows: list[str], caption: str) -> None:
-    """speedup.png: each variant's pooled tokens/s over its group's vLLM ar, tau written on the bar (the table's
-    numbers; skipped where matplotlib is not installed, as in the vLLM environment)."""
+    """speedup.png: each variant's median over prompts of its tokens/s over its group's vLLM ar on the same prompt
+    (one decode disturbed by other work moves one ratio, not the bar), tau written on the bar (the table's numbers;
+    skipped where matplotlib is not installed)."""
     try:
         import matplotlib
 
@@ -358,14 +361,15 @@ def _figure(out: Path, rows: list[str], caption: str) -> None:
         return
     cells = [[c.strip() for c in row.strip("|").split("|")] for row in rows]
     names = [c[0].replace("qwen2.5-coder-1.5b-drafter-deepseek-coder-aligned-v4", "drafter v4") for c in cells]
-    speed = [float(c[3].rstrip("x")) for c in cells]
+    speed = [float(c[4].rstrip("x")) for c in cells]  # the per-prompt median column
     fig, ax = plt.subplots(figsize=(8, 0.5 + 0.45 * len(names)))
-    colours = ["#4c72b0" if n.startswith(("slem", "tli")) else "#999999" for n in names]
+    colours = ["#4c72b0" if n.startswith(PROPOSER) else "#999999" for n in names]
     ax.barh(names[::-1], speed[::-1], color=colours[::-1])
     ax.axvline(1.0, color="black", linewidth=0.8)
     for y, (s, c) in enumerate(zip(speed[::-1], cells[::-1])):
         ax.text(s + 0.02, y, f"{s:.2f}x  tau {c[6]}", va="center", fontsize=8)
-    ax.set_xlabel("tokens/s over vLLM's ar (same group, interleaved); blue: xvocab's proposer inside vLLM")
+    ax.set_xlabel("tokens/s over vLLM's ar, median of per-prompt ratios (same group, interleaved); "
+                  "blue: xvocab's proposer inside vLLM", fontsize=8)
     ax.set_xlim(0, max(speed) * 1.35)
     ax.set_title(caption.split(";")[0] + ";" + caption.split(";")[1], fontsize=8)
     fig.tight_layout()

@@ -229,6 +229,10 @@ def test_bad_batches_name_the_fix(pairs):
         generate_batch(["x", ""], target=target, target_tokenizer=tt, algorithm="ar")
     with pytest.raises(ConfigError, match="batch_size=0 must be at least 1"):
         generate_batch(["x"], target=target, target_tokenizer=tt, algorithm="ar", batch_size=0)
+    with pytest.raises(ConfigError, match=r"cache='paged'; choose one of dynamic, static, graph"):
+        generate_batch(["x"], target=target, target_tokenizer=tt, algorithm="ar", cache="paged")
+    with pytest.raises(ConfigError, match=r"draft_confidence=1.5 is outside \[0, 1\]"):  # the rule both loops share
+        generate_batch(["x"], target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt, draft_confidence=1.5)
 
 
 def test_policy_picks_the_fastest_k_and_steps_aside_when_the_bound_is_below_one():

@@ -118,7 +118,7 @@ def test_batched_graph_rows_equal_generate_alone_through_one_pool(alg):
     alone = [xvocab.generate(p, **kw).token_ids for p in prompts]
     pool = DecoderPool()
     for _ in range(2):
-        rows = xvocab.generate_batch(prompts, batch_size=3, graphs=True, decoders=pool, **kw)
+        rows = xvocab.generate_batch(prompts, batch_size=3, cache="graph", decoders=pool, **kw)
         assert [r.token_ids for r in rows] == alone
 
 

@@ -75,13 +75,16 @@ def _resume(drafting, logits) -> tuple[list[int] | None, Proposal | None]:
         return None, done.value
 
 
+BATCH_CACHES = ("dynamic", "static", "graph")  # generate's names; a batch's buffers are preallocated either way
+
+
 def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, draft_tokenizer=None,
                    algorithm: str = defaults.ALGORITHM, k: int = defaults.K,
                    max_new_tokens: int = defaults.MAX_NEW_TOKENS, temperature: float = defaults.TEMPERATURE,
                    top_k: int = defaults.TOP_K, top_p: float = defaults.TOP_P, seed: int | list[int] = defaults.SEED,
                    draft_confidence: float = defaults.DRAFT_CONFIDENCE, draft_window: int = defaults.DRAFT_WINDOW,
                    draft_encoding: str | None = None,
-                   policy=None, graphs: bool = False, draft_temperature: float | None = defaults.DRAFT_TEMPERATURE,
+                   policy=None, cache: str = defaults.CACHE, draft_temperature: float | None = defaults.DRAFT_TEMPERATURE,
                    batch_size: int | None = None, on_finish=None, coupling: str = defaults.COUPLING,
                    progress: bool = False, stop: str | list[str] | None = None,
                    decoders: DecoderPool | None = None) -> list[rounds.Output]:
@@ -94,17 +97,19 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
     this many rows at once, a finished row's slot going to the next prompt (default: every prompt at once).
     `on_finish(i, output, seconds)` is called as row i finishes, `seconds` after the call began (a runner
     writes its records then). Returns one Output per prompt, in order; each Output's stats are that row's (its
-    wall time runs from its slot to its last token). `graphs`: steps of fixed shapes, replayed from CUDA
-    graphs on a GPU (xvocab.batch_kv.BatchDecoder); the same outputs. `decoders` (an xvocab.batch_kv.DecoderPool)
+    wall time runs from its slot to its last token). `cache`, as generate's: "dynamic" and "static" are the same
+    here (every row's states in one preallocated buffer per layer), "graph" steps of fixed shapes, replayed from
+    CUDA graphs on a GPU (xvocab.batch_kv.BatchDecoder); the same outputs. `decoders` (an xvocab.batch_kv.DecoderPool)
     keeps both models' decoders from call to call: graphs captured once serve every later call.
     """
     if isinstance(prompts, str) or not prompts:
         raise ConfigError("generate_batch takes a non-empty list of prompts; use xvocab.generate for one prompt")
-    if not 0 <= draft_confidence <= 1:
-        raise ConfigError(f"draft_confidence={draft_confidence} is outside [0, 1]; use 0 to always draft k tokens")
     stop = check_stop(stop)
+    if cache not in BATCH_CACHES:
+        raise ConfigError(f"cache={cache!r}; choose one of {', '.join(BATCH_CACHES)}")
+    graphs = cache == "graph"
     for prompt in prompts:
-        rounds.validate(prompt, draft, draft_tokenizer, algorithm, k, max_new_tokens, draft_window)
+        rounds.validate(prompt, draft, draft_tokenizer, algorithm, k, max_new_tokens, draft_window, draft_confidence)
     seeds = [seed + i for i in range(len(prompts))] if isinstance(seed, int) else list(seed)
     if len(seeds) != len(prompts):
         raise ConfigError(f"{len(seeds)} seeds for {len(prompts)} prompts; pass one seed per prompt, or an int")

@@ -86,14 +86,12 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
                               draft_tokenizer=draft_tokenizer, algorithm=algorithm, k=k, max_new_tokens=max_new_tokens,
                               temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
                               draft_confidence=draft_confidence, draft_window=draft_window,
-                              draft_encoding=draft_encoding, graphs=True,
+                              draft_encoding=draft_encoding, cache="graph",
                               draft_temperature=draft_temperature, coupling=coupling, stop=stop,
                               decoders=decoders)[0]
-    if not 0 <= draft_confidence <= 1:
-        raise ConfigError(f"draft_confidence={draft_confidence} is outside [0, 1]; use 0 to always draft k tokens")
     params = SamplingParams(temperature, top_k, top_p)
     stop = check_stop(stop)
-    rounds.validate(prompt, draft, draft_tokenizer, algorithm, k, max_new_tokens, draft_window)
+    rounds.validate(prompt, draft, draft_tokenizer, algorithm, k, max_new_tokens, draft_window, draft_confidence)
     wall0 = time.perf_counter()
     drafting = algorithms.get(algorithm).uses_draft
     pair = prepare(target, target_tokenizer, draft if drafting else None, draft_tokenizer, algorithm=algorithm,

@@ -45,7 +45,7 @@ class Output:
     stats: Stats
 
 
-def validate(prompt, draft, draft_tokenizer, algorithm, k, max_new_tokens, draft_window=0):
+def validate(prompt, draft, draft_tokenizer, algorithm, k, max_new_tokens, draft_window=0, draft_confidence=0.0):
     """Refuse a bad request by name, before any model runs. What the tokenizers must be is xvocab.pair.prepare's
     to check (it owns them)."""
     if not isinstance(prompt, str):
@@ -59,6 +59,8 @@ def validate(prompt, draft, draft_tokenizer, algorithm, k, max_new_tokens, draft
             raise ConfigError(f"{name}={value!r} is a {type(value).__name__}; it counts tokens: pass an int")
     if k < 1:
         raise ConfigError(f"k={k}: the draft length must be at least 1")
+    if not 0 <= draft_confidence <= 1:
+        raise ConfigError(f"draft_confidence={draft_confidence} is outside [0, 1]; use 0 to always draft k tokens")
     if max_new_tokens < 1:
         raise ConfigError(f"max_new_tokens={max_new_tokens}: must be at least 1")
     if draft_window < 0:

@@ -50,3 +50,29 @@ def test_a_float32_draft_is_not_switched_and_auto_says_why():
     half = model.to(torch.bfloat16)
     assert resolve("torch", half) == "torch" and all("forward" not in vars(m) for m in _linears(half))
     assert resolve("vllm", half) == f"vllm: {len(_linears(half))} layers"
+
+
+def test_a_layer_vllm_refuses_leaves_the_whole_model_stock(monkeypatch):
+    import vllm.model_executor.layers.utils as vllm_utils
+
+    model = tiny_model(VOCAB, n_layers=1).to(torch.bfloat16).eval()
+    for layer in _linears(model)[:2]:  # biases, which vLLM's small-GEMM path would cast to float32
+        layer.bias = torch.nn.Parameter(torch.zeros(layer.out_features, dtype=torch.bfloat16))
+    ids = torch.tensor([[1, 5, 9]])
+    with torch.no_grad():
+        want = model(ids).logits
+    real, calls = vllm_utils.dispatch_cpu_unquantized_gemm, []
+
+    def refuses_the_third(layer, remove_weight):
+        calls.append(layer)
+        if len(calls) == 3:
+            raise RuntimeError("no kernel for this shape")
+        real(layer, remove_weight)
+
+    monkeypatch.setattr(vllm_utils, "dispatch_cpu_unquantized_gemm", refuses_the_third)
+    with pytest.raises(NotAvailable, match="no kernel for this shape"):
+        use_vllm_linears(model)
+    assert all("cpu_linear" not in vars(m) and "forward" not in vars(m) for m in _linears(model))
+    assert all(m.bias is None or m.bias.dtype == torch.bfloat16 for m in _linears(model))
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, want)

@@ -53,14 +53,15 @@ def use_vllm_linears(model: torch.nn.Module) -> int:
     except ImportError as err:
         raise NotAvailable(f"vLLM's CPU GEMM dispatch is not importable here ({err})") from err
     layers = [m for m in model.modules() if type(m) is torch.nn.Linear and "forward" not in vars(m)]
-    dispatched = []
+    biases = [None if layer.bias is None else layer.bias.data for layer in layers]  # (its small-GEMM path casts them)
     try:
         for layer in layers:
             dispatch_cpu_unquantized_gemm(layer, remove_weight=False)
-            dispatched.append(layer)
     except Exception as err:  # a layer vLLM's dispatch refuses: undo, so the model is all stock or all vLLM's
-        for layer in dispatched:
-            del layer.cpu_linear
+        for layer, bias in zip(layers, biases):
+            vars(layer).pop("cpu_linear", None)
+            if bias is not None:
+                layer.bias.data = bias
         raise NotAvailable(f"vLLM's CPU GEMM dispatch refused a layer ({type(err).__name__}: {err})") from err
     for layer in layers:
         layer.forward = types.MethodType(_linear_forward, layer)
