@@ -140,6 +140,9 @@ def ar_check(rec: dict, ar_rec: dict, row: dict, judge, tokenizer) -> dict:
     if verdict == "differs":
         print(f"FAILURE: {rec['config']['algorithm']} on {row['id']} leaves ar's output and it is not a tie "
               f"({dtype}): a lossless algorithm must emit ar's tokens", file=sys.stderr)
+    elif verdict == "unjudged":
+        print(f"{rec['config']['algorithm']} on {row['id']} leaves ar's output in bfloat16, not judged a tie or not: "
+              f"{judge.why}", file=sys.stderr)
     return {"equals_ar": verdict == "equal", "ar_verdict": verdict}
 
 

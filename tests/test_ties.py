@@ -70,6 +70,7 @@ def test_float32_judge_reads_a_real_tie_and_a_real_difference_on_the_targets_wei
     assert ties.verdict([top], [twin], "bfloat16", lambda: judge.for_prompt(ids)) == "tie"
     assert ties.verdict([top], [far], "bfloat16", lambda: judge.for_prompt(ids)) == "differs"
     assert model.get_input_embeddings().weight.dtype == torch.bfloat16  # the judge reads a copy
+    assert judge.why is None and ties._no_room_for_a_copy(model) is None  # a tiny target fits: the real rule ran
 
 
 def test_the_runners_check_records_the_verdict_and_reports_a_failure(tied_target, capsys):
@@ -85,3 +86,16 @@ def test_the_runners_check_records_the_verdict_and_reports_a_failure(tied_target
     assert ar_check(rec([far]), rec([top]), row, judge, tok) == {"equals_ar": False, "ar_verdict": "differs"}
     assert "FAILURE: slem on p0" in capsys.readouterr().err
     assert ar_check(rec([twin], "float32"), rec([top], "float32"), row, judge, tok)["ar_verdict"] == "differs"
+
+
+def test_a_target_too_large_to_copy_leaves_its_difference_unjudged_not_a_crash(tied_target, monkeypatch, capsys):
+    model, tok, ids, top, twin, far = tied_target
+    monkeypatch.setattr(ties, "_no_room_for_a_copy", lambda m: "a float32 copy needs 280.0 GiB, 20.0 GiB free")
+    judge = ties.Float32Judge(model)
+    assert ties.verdict([top], [far], "bfloat16", lambda: judge.for_prompt(ids)) == "unjudged"
+    assert judge._copy is None and "280.0 GiB" in judge.why
+    rec = {"token_ids": [far], "config": {"algorithm": "slem", "dtype": "bfloat16"}}
+    ref = {"token_ids": [top], "config": {"algorithm": "ar", "dtype": "bfloat16"}}
+    assert ar_check(rec, ref, {"id": "p0", "prompt": PROMPT}, judge, tok)["ar_verdict"] == "unjudged"
+    err = capsys.readouterr().err
+    assert "not judged" in err and "FAILURE" not in err

@@ -72,26 +72,48 @@ def float32_logits(model, prompt_ids: list[int]) -> Callable[[list[int]], torch.
 
 
 def verdict(reference: list[int], other: list[int], dtype: str,
-            logits_at: Callable[[], Callable[[list[int]], torch.Tensor]]) -> str:
-    """One of VERDICTS for `other` against `reference` decoded in `dtype` (module docstring); `logits_at()` is asked
-    for the judge's logits_at only when a bfloat16 difference must be classified."""
+            logits_at: Callable[[], Callable[[list[int]], torch.Tensor] | None]) -> str:
+    """One of VERDICTS, or "unjudged", for `other` against `reference` decoded in `dtype` (module docstring);
+    `logits_at()` is asked for the judge's logits_at only when a bfloat16 difference must be classified, and
+    None from it (no room for a float32 copy of the target) leaves the difference "unjudged"."""
     if first_difference(reference, other) is None:
         return "equal"
     if str(dtype).removeprefix("torch.") != "bfloat16":
         return "differs"
-    return classify(reference, other, logits_at())["verdict"]
+    judge = logits_at()
+    return "unjudged" if judge is None else classify(reference, other, judge)["verdict"]
 
 
 class Float32Judge:
     """logits_at for a bfloat16 target (`for_prompt(prompt_ids)`): its weights read in float32, in a copy made on
-    the first call and kept (a 1.5B target's copy holds 6 GB: made only where a difference is judged)."""
+    the first call and kept (a 1.5B target's copy holds 6 GB: made only where a difference is judged). A target
+    spread over several devices, or whose float32 copy would not fit in what its device has free, is not copied:
+    `for_prompt` returns None (the difference stays "unjudged", and `why` says so) rather than exhausting memory."""
 
     def __init__(self, model):
-        self.model, self._copy = model, None
+        self.model, self._copy, self.why = model, None, None
 
-    def for_prompt(self, prompt_ids: list[int]) -> Callable[[list[int]], torch.Tensor]:
-        if self._copy is None:
-            import copy
+    def for_prompt(self, prompt_ids: list[int]) -> Callable[[list[int]], torch.Tensor] | None:
+        if self._copy is None and self.why is None:
+            self.why = _no_room_for_a_copy(self.model)
+            if self.why is None:
+                import copy
 
-            self._copy = copy.deepcopy(self.model).float().eval()
-        return float32_logits(self._copy, list(prompt_ids))
+                self._copy = copy.deepcopy(self.model).float().eval()
+        return None if self._copy is None else float32_logits(self._copy, list(prompt_ids))
+
+
+def _no_room_for_a_copy(model) -> str | None:
+    """Why a float32 copy of `model` cannot be made here (None: it can, with room to spare)."""
+    devices = {p.device for p in model.parameters()}
+    if len(devices) != 1:
+        return f"the target spans {len(devices)} devices"
+    need = 4 * sum(p.numel() for p in model.parameters())
+    device = devices.pop()
+    if device.type == "cuda":
+        free = torch.cuda.mem_get_info(device)[0]
+    else:
+        import os
+
+        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return None if need < 0.8 * free else f"a float32 copy needs {need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB free"
