@@ -30,6 +30,7 @@ rule), and for xvocab's proposer the cost outside the draft's forwards per propo
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import multiprocessing as mp
 import os
@@ -385,7 +386,7 @@ def _verdicts(rows: list[dict], out: Path) -> dict:
     dtype = rows[0]["settings"]["dtype"]
     ar = {(r["prompt"], r["group"]): r for r in rows if r["variant"] == "ar"}
     own_ar = {r["prompt"]: r for r in rows if r["variant"] == "xvocab-ar"}
-    judge = None
+    judge = functools.cache(lambda: _judge(rows[0]["settings"]))
     out_counts: dict = {}
     for r in rows:
         if r["variant"] in ("ar", "xvocab-ar"):
@@ -393,13 +394,8 @@ def _verdicts(rows: list[dict], out: Path) -> dict:
         ref = (own_ar.get(r["prompt"]) if r["variant"].startswith("xvocab-") else ar.get((r["prompt"], r["group"])))
         if ref is None:
             continue
-        if ties.first_difference(ref["token_ids"], r["token_ids"]) is None:
-            verdict = "equal"
-        elif dtype == "float32":
-            verdict = "differs"
-        else:
-            judge = judge or _judge(rows[0]["settings"])
-            verdict = ties.classify(ref["token_ids"], r["token_ids"], judge(r["prompt"]))["verdict"]
+        # (the judge loads the target once, and only for a bfloat16 difference)
+        verdict = ties.verdict(ref["token_ids"], r["token_ids"], dtype, lambda task=r["prompt"]: judge()(task))
         out_counts.setdefault(r["variant"], {}).setdefault(verdict, 0)
         out_counts[r["variant"]][verdict] += 1
     return out_counts
