@@ -6,7 +6,9 @@ What: each variant runs in a worker process of its own that holds its engine (mo
 the prompts one at a time, interleaved: prompt i goes to every held variant before prompt i + 1, the variants'
 order rotating from prompt to prompt, so a machine that drifts moves every variant alike. Where memory does not hold
 every engine at once (`--hold`), the variants run in groups, each group interleaved with vLLM's ar, and every
-ratio is taken against the ar of its own group. One JSON line per (variant, prompt) goes to `<out>/records.jsonl`
+ratio is taken against the ar of its own group. Where it holds only one (`--hold 1`: float32 1.5B targets on 23 GiB),
+the prompts run in `--blocks` blocks and each engine runs a block alone, ar's included, so a prompt's ratio compares
+decodes minutes apart (the report says which mode each run used). One JSON line per (variant, prompt) goes to `<out>/records.jsonl`
 (xvocab.records: atomic, resumable: a rerun skips what is there), with the CPU, versions and git revision;
 `python -m experiments.vllm_bench --report <out>` prints and writes the table (`<out>/table.md`) and a figure.
 
@@ -183,7 +185,9 @@ def main(argv=None) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--hold", type=int, default=2, help="engines held at once, ar included (three bf16 1.5B engines\n"
-                        "with their drafts exhausted 24 GiB here)")
+                        "with their drafts exhausted 24 GiB here); 1: one engine at a time, in --blocks blocks")
+    parser.add_argument("--blocks", type=int, default=4, help="with --hold 1: the prompts in this many blocks, each\n"
+                        "engine started once per block")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--out", default="runs/vllm_bench/bf16")
@@ -200,8 +204,6 @@ def main(argv=None) -> None:
 
 
 def run(args) -> None:
-    from tqdm import tqdm
-
     from xvocab import records, zoo
     from xvocab.roles import prompt_ids
 
@@ -217,35 +219,69 @@ def run(args) -> None:
     problems = zoo.dataset("humaneval")[: args.prompts]
     tt = zoo.tokenizer(args.target)
     prompts = [(p["id"], prompt_ids(tt, p["prompt"]), p["prompt"]) for p in problems]
+    # one id per invocation: a group's ratios are taken against the ar of the same invocation and group, so a
+    # later run that adds variants to the same directory never borrows an earlier run's ar
+    base = dict(settings=settings, run=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **records.environment())
     others = [v for v in args.variants if v != "ar"]
+    if args.hold == 1:
+        return _sequential(others, prompts, done, path, base, args)
     size = (args.hold or len(args.variants)) - 1
     groups = [others[i:i + size] for i in range(0, len(others), max(size, 1))] or [[]]
-    env = records.environment()
-    ctx = mp.get_context("spawn")
     for g, group in enumerate(groups):
-        variants = ["ar"] + group
-        todo = [(v, i) for i in range(len(prompts)) for v in variants if (v, prompts[i][0]) not in done or v == "ar"]
-        if all((v, prompts[i][0]) in done for v, i in todo if v != "ar") and group:
+        if group and all((v, task) in done for v in group for task, _, _ in prompts):
             continue
-        workers = {}
-        for spec in variants:  # one at a time: two engines starting at once on two cores both crawl
-            parent, child = ctx.Pipe()
-            proc = ctx.Process(target=_worker, args=(spec, args, child))  # (not daemonic: vLLM starts processes)
-            proc.start()
-            status, detail = parent.recv()
-            if status != "ready":
-                print(f"{spec}: could not start ({detail}); recorded and skipped", flush=True)
-                records.append(path, dict(variant=spec, prompt=None, group=g, settings=settings, failed=detail, **env))
-                proc.join(5)
-                continue
-            workers[spec] = (proc, parent)
-        if "ar" not in workers:
-            _stop(workers)
-            raise SystemExit("vLLM's ar did not start (recorded in records.jsonl): no baseline for this group")
+        workers = _start(["ar"] + group, path, dict(base, group=g), args)
         try:
-            _interleave(workers, prompts, path, g, len(groups), settings, env)
+            _interleave(workers, prompts, path, dict(base, group=g), f"group {g + 1}/{len(groups)}")
         finally:
             _stop(workers)
+
+
+def _sequential(others: list, prompts: list, done: set, path: Path, base: dict, args) -> None:
+    """--hold 1, where memory holds one engine (two float32 1.5B engines do not fit 23 GiB): the prompts in
+    --blocks blocks; per block every variant still to run, and ar, each started alone, run over the block and
+    stopped, the variants' order rotating from block to block. A prompt's ratio compares two decodes of the same
+    block, minutes apart, not a whole run apart; every engine start is paid once per block."""
+    n = max(1, min(args.blocks, len(prompts)))
+    blocks = [prompts[i * len(prompts) // n:(i + 1) * len(prompts) // n] for i in range(n)]
+    for b, block in enumerate(blocks):
+        pending = [v for v in others if any((v, task) not in done for task, _, _ in block)]
+        if others and not pending:
+            continue
+        order = ["ar"] + pending
+        order = order[b % len(order):] + order[: b % len(order)]
+        for spec in order:
+            workers = _start([spec], path, dict(base, group=0, block=b), args)
+            if spec == "ar" and "ar" not in workers:
+                raise SystemExit("vLLM's ar did not start (recorded in records.jsonl): no baseline")
+            try:
+                _interleave(workers, block, path, dict(base, group=0, block=b),
+                            f"block {b + 1}/{n} {spec}")
+            finally:
+                _stop(workers)
+
+
+def _start(variants: list, path: Path, base: dict, args) -> dict:
+    """{spec: (process, pipe)} for each variant whose engine started; one that fails is recorded and left out."""
+    from xvocab import records
+
+    ctx = mp.get_context("spawn")
+    workers = {}
+    for spec in variants:  # one at a time: two engines starting at once on two cores both crawl
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_worker, args=(spec, args, child))  # (not daemonic: vLLM starts processes)
+        proc.start()
+        status, detail = parent.recv()
+        if status != "ready":
+            print(f"{spec}: could not start ({detail}); recorded and skipped", flush=True)
+            records.append(path, dict(variant=spec, prompt=None, failed=detail, **base))
+            proc.join(5)
+            continue
+        workers[spec] = (proc, parent)
+    if "ar" in variants and "ar" not in workers:
+        _stop(workers)
+        raise SystemExit("vLLM's ar did not start (recorded in records.jsonl): no baseline for this group")
+    return workers
 
 
 def _stop(workers: dict) -> None:
@@ -267,13 +303,13 @@ def _stop(workers: dict) -> None:
         proc.join(10)
 
 
-def _interleave(workers: dict, prompts: list, path: Path, g: int, n_groups: int, settings: dict, env: dict) -> None:
+def _interleave(workers: dict, prompts: list, path: Path, base: dict, desc: str) -> None:
     """Every prompt through every held variant, the order rotating from prompt to prompt (module docstring)."""
     from tqdm import tqdm
 
     from xvocab import records
 
-    bar = tqdm(total=len(prompts) * len(workers), desc=f"group {g + 1}/{n_groups}", unit="decode")
+    bar = tqdm(total=len(prompts) * len(workers), desc=desc, unit="decode")
     for i, (task, ids, text) in enumerate(prompts):
         order = list(workers)
         order = order[i % len(order):] + order[: i % len(order)]  # rotate: no variant always runs first
@@ -284,9 +320,9 @@ def _interleave(workers: dict, prompts: list, path: Path, g: int, n_groups: int,
             bar.update(1)
             if status != "ok":
                 print(f"{spec} on {task}: {rec}", flush=True)
-                records.append(path, dict(variant=spec, prompt=task, group=g, settings=settings, failed=rec, **env))
+                records.append(path, dict(variant=spec, prompt=task, failed=rec, **base))
                 continue
-            records.append(path, dict(variant=spec, prompt=task, index=i, group=g, settings=settings, **rec, **env))
+            records.append(path, dict(variant=spec, prompt=task, **rec, **base))
     bar.close()
 
 
@@ -306,12 +342,14 @@ def report(out: Path) -> None:
              f"target {rows[0]['settings']['target']}; k = {rows[0]['settings']['k']}; up to "
              f"{rows[0]['settings']['max_new_tokens']} new tokens or HumanEval's stop strings; greedy; vLLM "
              f"{rows[0].get('vllm', '0.32.0')}, transformers {rows[0]['transformers']}, git {rows[0]['git_revision']}",
+             "", "Timing: " + "; ".join(_mode(rows, run) for run in dict.fromkeys(r.get("run", "") for r in rows)),
              "", "| variant | prompts | tokens/s | vs vLLM ar (pooled) | per-prompt median | TTFT s | tau | "
              "accepted per position | equal / tie / differs vs ar | proposer overhead ms/token |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     by = {}
-    for r in rows:
-        by.setdefault((r["group"], r["variant"]), []).append(r)
+    for r in rows:  # a group is (invocation, group): an added run's variants meet the ar of their own run
+        by.setdefault((_group(r), r["variant"]), []).append(r)
+    groups = sorted({g for g, _ in by})
     order = list(dict.fromkeys(r["variant"] for r in rows))
     for variant in order:
         for (g, v), rs in sorted(by.items()):
@@ -329,15 +367,15 @@ def report(out: Path) -> None:
             per_pos = [sum(p[j] for p in pos) / len(pos) for j in range(len(pos[0]))] if pos else []
             counts = verdicts.get(variant, {})
             overhead = [r["overhead_ms_per_token"] for r in rs if r.get("overhead_ms_per_token") is not None]
-            label = f"{variant} (group {g + 1})" if variant == "ar" and len(set(r["group"] for r in rows)) > 1 \
-                else variant
+            label = f"{variant} (group {groups.index(g) + 1})" if variant == "ar" and len(groups) > 1 else variant
             cells = [label, str(len(rs)), f"{tokens / seconds:.2f}", f"{(tokens / seconds) / ar_tps:.2f}x",
                      f"{statistics.median(ratios):.2f}x" if ratios else "—",
                      f"{statistics.mean(ttft):.2f}" if ttft else "—",
                      f"{sum(r['tau'] for r in rs) / len(rs):.2f}",
                      " ".join(f"{x:.2f}" for x in per_pos) or "—",
                      "—" if variant in ("ar", "xvocab-ar") else
-                     f"{counts.get('equal', 0)} / {counts.get('tie', 0)} / {counts.get('differs', 0)}",
+                     f"{counts.get('equal', 0)} / {counts.get('tie', 0)} / {counts.get('differs', 0)}"
+                     + (f" ({counts['unjudged']} unjudged)" if counts.get("unjudged") else ""),
                      f"{statistics.mean(overhead):.2f}" if overhead else "—"]
             lines.append("| " + " | ".join(cells) + " |")
     for r in failed:
@@ -347,6 +385,21 @@ def report(out: Path) -> None:
     print(text)
     _figure(out, [line for line in lines if line.startswith("| ") and not line.startswith(("| variant", "| ar"))],
             lines[0])
+
+
+def _mode(rows: list, run: str) -> str:
+    """How one invocation timed its variants: engines held together and interleaved per prompt, or one at a time."""
+    mine = [r for r in rows if r.get("run", "") == run]
+    blocks = {r["block"] for r in mine if "block" in r}
+    name = f"run {run}" if run else "first run"
+    if blocks:
+        return f"{name}: one engine at a time, {len(blocks)} blocks of prompts (each prompt's decodes minutes apart)"
+    return f"{name}: engines held together, interleaved prompt by prompt"
+
+
+def _group(record: dict) -> tuple:
+    """(invocation, group) of a record; records written before runs were named carry no run id."""
+    return record.get("run", ""), record["group"]
 
 
 def _figure(out: Path, rows: list[str], caption: str) -> None:
@@ -384,14 +437,14 @@ def _verdicts(rows: list[dict], out: Path) -> dict:
     from xvocab import ties
 
     dtype = rows[0]["settings"]["dtype"]
-    ar = {(r["prompt"], r["group"]): r for r in rows if r["variant"] == "ar"}
+    ar = {(r["prompt"], _group(r)): r for r in rows if r["variant"] == "ar"}
     own_ar = {r["prompt"]: r for r in rows if r["variant"] == "xvocab-ar"}
     judge = functools.cache(lambda: _judge(rows[0]["settings"]))
     out_counts: dict = {}
     for r in rows:
         if r["variant"] in ("ar", "xvocab-ar"):
             continue
-        ref = (own_ar.get(r["prompt"]) if r["variant"].startswith("xvocab-") else ar.get((r["prompt"], r["group"])))
+        ref = (own_ar.get(r["prompt"]) if r["variant"].startswith("xvocab-") else ar.get((r["prompt"], _group(r))))
         if ref is None:
             continue
         # (the judge loads the target once, and only for a bfloat16 difference)
@@ -402,16 +455,17 @@ def _verdicts(rows: list[dict], out: Path) -> dict:
 
 
 def _judge(settings: dict):
-    """prompt task id -> logits_at for xvocab.ties.classify: the target's bfloat16 weights read in float32."""
+    """prompt task id -> logits_at for xvocab.ties.classify (None where no float32 copy fits: "unjudged"): the
+    target's bfloat16 weights read in float32, through xvocab.ties.Float32Judge (the runner's judge too)."""
     import torch
 
     from xvocab import ties, zoo
     from xvocab.roles import prompt_ids
 
     model, tok = zoo.model(settings["target"], dtype=torch.bfloat16, device="cpu")
-    model = model.float()
+    judge = ties.Float32Judge(model)
     problems = {p["id"]: p["prompt"] for p in zoo.dataset("humaneval")}
-    return lambda task: ties.float32_logits(model, prompt_ids(tok, problems[task]))
+    return lambda task: judge.for_prompt(prompt_ids(tok, problems[task]))
 
 
 if __name__ == "__main__":

@@ -330,59 +330,21 @@ def test_context_limit_is_read_from_the_text_config_on_both_loops():
         target.config = original
 
 
-PACKAGES = ("xvocab", "experiments", "paper_figs")  # every module of the project, read for the import graph
-
-
-def import_graph() -> tuple[dict[str, set[str]], list[str]]:
-    """({module: the project modules it imports}, private names imported across modules), read from the source of
-    every module in PACKAGES (function-level imports too)."""
-    import ast
-    from pathlib import Path
-
-    root = Path(xvocab.__file__).parent.parent
-    modules = {".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): p
-               for package in PACKAGES for p in (root / package).rglob("*.py")}
-    graph, private = {}, []
-    for name, path in modules.items():
-        tree = ast.parse(path.read_text())
-        deps = set()
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(PACKAGES):
-                deps.add(node.module)
-                deps.update(f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in modules)
-                private += [f"{name}: from {node.module} import {a.name}" for a in node.names
-                            if a.name.startswith("_") and node.module != name]
-            elif isinstance(node, ast.Import):
-                deps.update(a.name for a in node.names if a.name.startswith(PACKAGES))
-        graph[name] = {d for d in deps if d in modules and d != name and not name.startswith(d + ".")
-                       and d not in PACKAGES}
-    return graph, private
-
-
-def find_cycle(g: dict[str, set[str]]) -> list[str] | None:
-    state = {}
-
-    def visit(n, stack):
-        state[n] = 1
-        for m in sorted(g.get(n, ())):
-            if state.get(m) == 1:
-                return stack + [n, m]
-            if m not in state and (found := visit(m, stack + [n])):
-                return found
-        state[n] = 2
-        return None
-
-    return next((c for n in sorted(g) if n not in state and (c := visit(n, []))), None)
-
-
 def test_the_project_has_no_import_cycle_and_no_module_imports_anothers_private_names():
     """Every import in xvocab/, experiments/ and paper_figs/ (function-level ones too) read from the source: the
     module graph has no cycle, no library module imports the experiments, and no `from x import _name` reaches into
     another module. Control: the graph walk finds a cycle when one is added."""
-    graph, private = import_graph()
+    from pathlib import Path
+
+    from experiments.import_graph import find_cycle, floors
+    from experiments.import_graph import graph as import_graph
+
+    graph, private = import_graph(Path(xvocab.__file__).parent.parent)
     assert find_cycle(graph) is None, find_cycle(graph)
     assert not private, private
     upward = [(m, d) for m, deps in graph.items() if m.startswith("xvocab") for d in deps if not d.startswith("xvocab")]
     assert not upward, f"library modules importing experiments or figures: {upward}"
     assert find_cycle(graph | {"xvocab.rounds": graph["xvocab.rounds"] | {"xvocab.engine"}}) is not None  # control
+    floor = floors(graph)  # every library import points down a floor: floors exist because there is no cycle
+    assert all(floor[d] < floor[m] for m, deps in graph.items() if m in floor for d in deps if d in floor)
     assert find_cycle(graph | {"experiments.plots": graph["experiments.plots"] | {"experiments.report"}})  # control

@@ -222,8 +222,8 @@ def _sd_with_unnormalized_residual(target_probs, proposal_probs, proposed, gener
 
 CONTROLS = {
     "slem": ("llama-spm<-mistral-v7", lambda mp: mp.setattr(rounds, "exact_match_verify", _slem_accepts_all)),
-    "tli": ("control", lambda mp: mp.setitem(engine.DRAFTERS, "tli", _tli_without_renormalization)),
-    "slrs": ("psi", lambda mp: mp.setitem(engine.DRAFTERS, "slrs", _slrs_with_q_instead_of_psi)),
+    "tli": ("control", lambda mp: mp.setitem(algorithms.DRAFTERS, "tli", _tli_without_renormalization)),
+    "slrs": ("psi", lambda mp: mp.setitem(algorithms.DRAFTERS, "slrs", _slrs_with_q_instead_of_psi)),
     "sd": ("gpt-2+96/+0", lambda mp: [mp.setattr(rounds, name, _sd_with_unnormalized_residual)
                                        for name in ("rejection_verify", "rejection_verify_rows")]),
 }
@@ -412,5 +412,5 @@ def test_the_readme_example_algorithm_is_lossless_and_its_control_is_rejected(ca
     setting = SETTINGS["T1-top_k3"]
     exact = exact_distribution(target, tt, PROMPT, setting, TOKENS)
     assert sampled_pvalue(models, "tli-point", setting, exact=exact) > ALPHA
-    monkeypatch.setitem(engine.DRAFTERS, "tli-point", _point_tli_sending_q)
+    monkeypatch.setitem(algorithms.DRAFTERS, "tli-point", _point_tli_sending_q)
     assert sampled_pvalue(models, "tli-point", setting, exact=exact) < ALPHA

@@ -7,7 +7,7 @@ import pytest
 from _support import ALL, drafting, mirrored_pairs
 
 import xvocab
-from xvocab import batch, engine, pair
+from xvocab import loop, pair
 from xvocab.alignment import tables
 
 PROMPT = "def add(a, b):\n    return"
@@ -26,14 +26,13 @@ class Poison:
 
 
 def _through_the_pair(monkeypatch, tt, dt):
-    """Make both loops prepare their pair from the real tokenizers whatever they are passed."""
+    """Make the decode loop (both doors) prepare its pair from the real tokenizers whatever it is passed."""
     real = pair.prepare
 
     def prepare(target, _tt, draft=None, _dt=None, **kw):
         return real(target, tt, draft, dt if draft is not None else None, **kw)
 
-    monkeypatch.setattr(engine, "prepare", prepare)
-    monkeypatch.setattr(batch, "prepare", prepare)
+    monkeypatch.setattr(loop, "prepare", prepare)
 
 
 @pytest.mark.parametrize("algorithm", ALL)

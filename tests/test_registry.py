@@ -28,14 +28,14 @@ def test_an_entrys_verification_is_what_its_proposals_carry(pair, name, monkeypa
     """exact: proposals without a distribution (the target's own choice decides); rejection: with one, when sampled."""
     target, tt, draft, dt = pair
     seen = []
-    original = engine.DRAFTERS[name]
+    original = algorithms.DRAFTERS[name]
 
     def watched(ctx, k):
         proposal = yield from original(ctx, k)
         seen.append(proposal)
         return proposal
 
-    monkeypatch.setitem(engine.DRAFTERS, name, watched)
+    monkeypatch.setitem(algorithms.DRAFTERS, name, watched)
     xvocab.generate("def fibonacci(n):", target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt,
                     algorithm=name, temperature=1.0, max_new_tokens=8, seed=3)
     proposed = [p for p in seen if p.ids]

@@ -75,7 +75,7 @@ class Proposals:
     def __init__(self, monkeypatch):
         self.seen = []
         for name, fn in list(algorithms.DRAFTERS.items()):
-            monkeypatch.setitem(engine.DRAFTERS, name, self._wrap(fn))
+            monkeypatch.setitem(algorithms.DRAFTERS, name, self._wrap(fn))
 
     def _wrap(self, fn):
         def draft(ctx, k):

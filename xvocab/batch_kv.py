@@ -284,6 +284,12 @@ class BatchDecoder:
         self._pool = graph.pool()
         return graph, static_out
 
+    def prefill(self, asks: dict[int, tuple[list[int], list[int]]]) -> None:
+        """Feed newly admitted rows' prompts now, in a forward of their own (the decode loop's interface,
+        xvocab.loop); each row's last logits are kept, so its next step reads them without a forward."""
+        if asks:
+            self.step(asks)
+
     def drop(self, row: int) -> None:
         """Forget row `row`'s states (a finished sequence); its slots are reused by whatever it asks next."""
         self.ids[row] = []
@@ -334,3 +340,10 @@ class DecoderPool:
         if wanted > dec.capacity:
             dec._grow(wanted)
         return dec
+
+
+def pooled(pool: DecoderPool | None, graphs: bool):
+    """The decode loop's make_decoder (xvocab.loop) over BatchDecoders kept in `pool` (None: a fresh pool, decoders
+    for this call alone); each gets room for a fixed-shape step past the capacity the loop asks for."""
+    get = (pool or DecoderPool()).get
+    return lambda role, model, rows, capacity: get(role, model, rows, capacity + BUCKETS[-1], graphs)

@@ -6,8 +6,8 @@ releases the noise tape up to there, moves the target's stream past them and re-
 text. `Stop` is the end rule (a pair gives it: xvocab.pair.Pair.stop_rule): the first token that is an EOS id,
 or whose prefix's text first contains a stop string.
 
-Why here: xvocab.engine (one sequence) and xvocab.batch (many rows) drive the same round; the end rule and
-what follows a commit are written once so that the two loops cannot drift apart.
+Why here: the decode loop (xvocab.loop) and xvocab.vllm's proposer both follow a commit: the end rule and what
+follows it are written once, below both.
 
 Invariant (lossless): where a sequence ends depends on its tokens alone, never on how they were proposed:
 `Stop.cut` checks every prefix in order, so a round that commits five tokens ends exactly where five

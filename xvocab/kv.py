@@ -234,3 +234,40 @@ class Decoder:
             self.ids = self.ids[:n]
             for m in [m for m in self._rows if m > n]:
                 del self._rows[m]
+
+
+class OneRow:
+    """A Decoder driven through the decode loop's decoder interface (xvocab.loop, as xvocab.batch_kv.BatchDecoder
+    is) as a batch of one row, slot 0: how `xvocab.generate` decodes a single prompt over transformers' own cache.
+
+    `prefill` computes nothing: the row's first step feeds the prompt and its first proposal in one forward, as a
+    single sequence is decoded (the loop counts rounds, so the forwards counted are the batch's)."""
+
+    def __init__(self, decoder: Decoder):
+        self.decoder = decoder
+        self.limit = decoder.limit
+
+    def prefill(self, asks: dict[int, tuple[list[int], list[int]]]) -> None:
+        self._slot(asks)
+
+    def step(self, asks: dict[int, tuple[list[int], list[int]]]) -> dict[int, torch.Tensor]:
+        """{0: logits [len(extra) + 1, V]} for {0: (full_ids, extra)} (Decoder.step); {} for no ask."""
+        return {slot: self.decoder.step(full, extra) for slot, (full, extra) in self._slot(asks).items()}
+
+    def drop(self, slot: int) -> None:
+        """The row is done; its states stay until the decoder is dropped (one prompt per OneRow)."""
+        self._slot({slot: None})
+
+    @property
+    def row_tokens(self) -> list[int]:
+        return [self.decoder.tokens_fed]
+
+    @property
+    def row_forwards(self) -> list[int]:
+        return [self.decoder.forwards]
+
+    @staticmethod
+    def _slot(asks: dict) -> dict:
+        if set(asks) - {0}:
+            raise ValueError(f"OneRow holds one row (slot 0), asked for slots {sorted(asks)}")
+        return asks

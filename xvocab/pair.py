@@ -7,7 +7,7 @@ vocabulary, the codec the draft side encodes text with (`native`, or `aligned` t
 segmentation), and the per-pair id tables the drafters use (TLI's intersection, SLRS's first-token map, the
 EOS role), on the draft's device. The Pair then encodes both prompts (`target_prompt`, `draft_prompt`),
 checks a request against the context (`check_context`), gives the end rule (`stop_rule`) and decodes the
-output (`decode`): xvocab.engine and xvocab.batch never touch a tokenizer.
+output (`decode`): the decode loop (xvocab.loop) never touches a tokenizer.
 
 Why here: these all follow from the tokenizers, the models' head widths and configs, and the draft
 encoding, and not from the prompt. Built in one place below the loops, they read them and prepare nothing.

@@ -6,12 +6,11 @@ check: xvocab.pair); `draft_params` and `noise_tape` set up a sequence's proposa
 `verify_proposal` turns the target's logits over a proposal into (accepted count, next id); `Output` is what a
 decode returns. The commit step that follows a verification is xvocab.commit.
 
-Why one module: xvocab.engine (one sequence) and xvocab.batch (many rows) are two drivers of the same round.
-Both call these, so neither imports the other's private names, and the package has no import cycle
-(tests/test_crash_paths.py walks the import graph).
+Why one module: the decode loop (xvocab.loop) and xvocab.vllm's proposer read the same rules, so neither imports
+the other's private names, and the package has no import cycle (tests/test_crash_paths.py walks the import graph).
 
 Invariant: every rule here is a function of its arguments alone (randomness only through the generator or
-tape passed in), so the two loops decode a sequence identically.
+tape passed in), so every decoder a loop runs over decodes a sequence identically.
 """
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 
 A drafter is a generator: each time it needs the draft's next-token logits it yields the draft
 sequence (`yield from ctx.draft.next_logits()`) and is sent back the logits [V_draft]; it returns its
-Proposal. It never calls a model itself, so one sequence (`run`, with its Decoder) and a batch (xvocab.batch:
-every row's drafter advanced in lockstep, one batched forward per round) run the same drafting code.
+Proposal. It never calls a model itself, so the decode loop (xvocab.loop: every row's drafter advanced in lockstep,
+one batched draft forward per step) and xvocab.vllm's proposer run the same drafting code.
 A drafter that needs no logits (`ar`) may return its Proposal directly.
 
 `Algorithm` is what an algorithm says of itself to everything outside its file (xvocab.algorithms.REGISTRY):
@@ -21,7 +21,6 @@ import torch
 from xvocab.alignment.tables import PairTables
 from xvocab.alignment.translate import Stream, sync
 from xvocab.coupling import NoiseTape, draft_noise, race
-from xvocab.kv import Decoder
 from xvocab.host import argmax_ids
 from xvocab.sampling import SamplingParams, logits_to_probs, sample
 from xvocab.tokens import ByteCodec
@@ -31,7 +30,6 @@ from xvocab.tokens import ByteCodec
 class Side:
     """One model's view of the sequence: its prompt ids, and a Stream spelling the continuation."""
 
-    decoder: Decoder
     codec: ByteCodec
     prompt: list[int]
     stream: Stream = field(default_factory=Stream)
@@ -46,8 +44,8 @@ class Side:
         self.stream = self.stream.apply(self.codec, keep, append)
 
     def next_logits(self):
-        """Logits [V] after the whole current sequence, from whoever runs the drafter (`run` or the batch
-        engine): a drafter writes `logits = yield from ctx.draft.next_logits()`."""
+        """Logits [V] after the whole current sequence, from whoever runs the drafter (xvocab.loop or
+        xvocab.vllm): a drafter writes `logits = yield from ctx.draft.next_logits()`."""
         return (yield self.full())
 
 
@@ -99,19 +97,6 @@ class DraftContext:
         if self.tape is not None and position is not None:
             return race(q, draft_noise(self.tape, position, self.maps.tli, self.generator)), q
         return int(sample(q, self.generator)), q
-
-
-def run(drafting, decoder: Decoder) -> "Proposal":
-    """The Proposal of a drafter call (a generator, see the module docstring, or a Proposal), answering each
-    sequence it asks about with `decoder`'s logits after it."""
-    if isinstance(drafting, Proposal):
-        return drafting
-    try:
-        ask = next(drafting)
-        while True:
-            ask = drafting.send(decoder.step(ask)[-1])
-    except StopIteration as done:
-        return done.value
 
 
 @dataclass(frozen=True)

@@ -98,8 +98,8 @@ def open_view(pair: Pair, specials: dict[int, int], ids: list[int], n_new: int, 
     prompt, when a request is first seen after its prefill), the sampled ones start the continuation."""
     cut = max(len(ids) - n_new, 1)
     head = tuple(ids[:cut])
-    t_side = Side(None, pair.target_codec, list(head))
-    d_side = Side(None, pair.draft_codec, draft_head(pair, specials, list(head), window))
+    t_side = Side(pair.target_codec, list(head))
+    d_side = Side(pair.draft_codec, draft_head(pair, specials, list(head), window))
     ctx = DraftContext(t_side, d_side, GREEDY, torch.Generator(), pair.same_vocab, pair.tables, confidence)
     view = RowView(head, ctx)
     follow(view, ids)

@@ -1,0 +1,123 @@
+"""`python -m experiments.import_graph`: the project's module graph as a reader meets it: rooms, floors, cycles, and
+where an algorithm's name travels.
+
+What: every import in xvocab/, experiments/ and paper_figs/ (function-level ones too) read from the source (`graph`);
+a module's floor is 0 when it imports no library module, else one above the highest floor it imports (so an import
+always points down); `find_cycle` returns one import cycle or None. `--walk` lists the library functions that take
+an `algorithm` argument, by floor: each is a place an algorithm's name is read or handed on, the walk a reader
+follows from `xvocab.generate` (the fewer, and the fewer floors they span, the less there is to follow).
+
+Why: tests/test_crash_paths.py asserts no cycle and no reaching into another module's private names from this
+graph; this command prints what the test asserts about, for the log and the house issue's before/after.
+
+    python -m experiments.import_graph [--walk] [--root DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+from collections import Counter
+from pathlib import Path
+
+PACKAGES = ("xvocab", "experiments", "paper_figs")  # every module of the project
+
+
+def modules(root: Path) -> dict[str, Path]:
+    """{dotted module name: its file} for every module of PACKAGES under `root`."""
+    return {".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): p
+            for package in PACKAGES for p in sorted((root / package).rglob("*.py"))}
+
+
+def graph(root: Path) -> tuple[dict[str, set[str]], list[str]]:
+    """({module: the project modules it imports}, private names imported across modules)."""
+    found = modules(root)
+    out, private = {}, []
+    for name, path in found.items():
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(PACKAGES):
+                deps.add(node.module)
+                deps.update(f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in found)
+                private += [f"{name}: from {node.module} import {a.name}" for a in node.names
+                            if a.name.startswith("_") and node.module != name]
+            elif isinstance(node, ast.Import):
+                deps.update(a.name for a in node.names if a.name.startswith(PACKAGES))
+        out[name] = {d for d in deps if d in found and d != name and not name.startswith(d + ".") and d not in PACKAGES}
+    return out, private
+
+
+def find_cycle(g: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of `g` (its modules in order, the first repeated at the end), or None."""
+    state = {}
+
+    def visit(n, stack):
+        state[n] = 1
+        for m in sorted(g.get(n, ())):
+            if state.get(m) == 1:
+                return stack + [n, m]
+            if m not in state and (found := visit(m, stack + [n])):
+                return found
+        state[n] = 2
+        return None
+
+    return next((c for n in sorted(g) if n not in state and (c := visit(n, []))), None)
+
+
+def floors(g: dict[str, set[str]], package: str = "xvocab") -> dict[str, int]:
+    """{module of `package`: its floor} (module docstring); `g` must have no cycle."""
+    lib = {m: {d for d in deps if d.startswith(package)} for m, deps in g.items() if m.startswith(package)}
+    floor: dict[str, int] = {}
+
+    def of(m):
+        if m not in floor:
+            floor[m] = 1 + max(map(of, lib[m]), default=-1)
+        return floor[m]
+
+    for m in lib:
+        of(m)
+    return floor
+
+
+def algorithm_walk(root: Path, floor: dict[str, int]) -> list[tuple[int, str]]:
+    """(floor, module:function) for each library function with an `algorithm` parameter."""
+    out = []
+    for name, path in modules(root).items():
+        if not name.startswith("xvocab"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                args = node.args.args + node.args.kwonlyargs + node.args.posonlyargs
+                if any(a.arg == "algorithm" for a in args):
+                    out.append((floor.get(name, -1), f"{name}:{node.name}"))
+    return sorted(out)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--root", default=str(Path(__file__).resolve().parent.parent))
+    parser.add_argument("--walk", action="store_true", help="also list where an algorithm's name is read")
+    args = parser.parse_args(argv)
+    root = Path(args.root)
+    g, private = graph(root)
+    cycle = find_cycle(g)
+    print(f"modules: {len(g)} ({sum(m.startswith('xvocab') for m in g)} in the library); cycle: "
+          f"{' -> '.join(cycle) if cycle else 'none'}; private imports across modules: {len(private)}")
+    if cycle:
+        return
+    floor = floors(g)
+    rooms = Counter(m.split(".")[1] if m.count(".") >= 1 else "(package)" for m in floor)
+    top = [m.split(".")[1] for m in floor if m.count(".") == 1 and not (root / m.replace(".", "/")).is_dir()]
+    print(f"library floors: {max(floor.values()) + 1}; modules per floor: "
+          + ", ".join(f"{f}: {n}" for f, n in sorted(Counter(floor.values()).items())))
+    print(f"rooms (library folders): {', '.join(sorted(r for r in rooms if (root / 'xvocab' / r).is_dir()))}")
+    print(f"library modules outside a room: {', '.join(sorted(top)) or 'none'}")
+    if args.walk:
+        walk = algorithm_walk(root, floor)
+        print(f"functions taking `algorithm`: {len(walk)}, over {len({f for f, _ in walk})} floors and "
+              f"{len({w.split(':')[0] for _, w in walk})} modules")
+        for f, w in walk:
+            print(f"  floor {f:2d}  {w}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,255 @@
+"""The decode loop: draft, verify in one target forward, commit, repeat; for one sequence or many rows at once.
+
+    for each round, over the rows still running:
+      drafting:  every row's drafter (a generator, xvocab.algorithms.common) is advanced in lockstep; the
+                 draft sequences they ask about go through ONE draft forward per drafting step
+                 (`draft_in_lockstep`), until every row has its proposal (rows propose different numbers of ids)
+      verifying: ONE target forward over every row's pending ids + proposal (ragged), then each row's proposal
+                 is verified (xvocab.rounds.verify_proposal) with that row's own generator; rows accept different
+                 counts, commit (xvocab.commit: cut at EOS or a stop string, the draft re-synced to the new text)
+                 and finish at their own end, a finished row's slot going to the next waiting prompt.
+
+`xvocab.generate` (one prompt) and `xvocab.generate_batch` (many) are two doors to this loop; they differ only in
+the decoders they hand it. A decoder answers `step({slot: (full_ids, extra)})` with each slot's logits after
+`full_ids` and after each id of `extra`, and holds its own KV cache:
+
+    one prompt, cache "dynamic" | "static"   xvocab.kv.OneRow over xvocab.kv.Decoder: transformers' own cache, one
+                                              sequence; the slow, obviously correct reference
+    many prompts, or cache "graph"            xvocab.batch_kv.BatchDecoder: every row in one buffer per layer, steps
+                                              of fixed shapes replayed from CUDA graphs on a GPU
+
+The loop knows nothing of how proposals are made (xvocab.algorithms) nor of how text is aligned
+(xvocab.alignment); `ar` is the empty proposal, so the baseline runs through this same loop.
+
+Invariant: row i is decoded as it would be alone with seed = seeds[i]: the same drafter code, verification rule
+and random streams (at most three torch.Generators per row, each derived from its seed: xvocab.seeds), and logits
+that differ between the two decoders only by float reassociation in batched matmuls. So greedy rows equal the
+reference exactly (tests/test_batch.py), and sampled rows follow the target's distribution (the distribution
+tests run through both decoders).
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from xvocab import algorithms, rounds
+from xvocab.algorithms import DRAFTERS, DraftContext, Proposal
+from xvocab.algorithms.common import Side
+from xvocab.commit import check_stop, commit
+from xvocab.errors import ConfigError
+from xvocab.pair import Pair, head_device, prepare
+from xvocab.sampling import SamplingParams
+from xvocab.seeds import draft_seed
+from xvocab.stats import Stats
+
+# make_decoder(role, model, rows, capacity) -> a decoder (module docstring); role is "target" or "draft", capacity
+# the positions one row can need (prompt, new tokens, a proposal: a static cache grows past it if it must)
+MakeDecoder = Callable[[str, object, int, int], object]
+
+
+@dataclass
+class Row:
+    """One sequence: its two sides, its generators, what it has emitted and measured."""
+
+    index: int
+    t_side: Side
+    d_side: Side
+    ctx: DraftContext
+    generator: torch.Generator
+    stats: Stats
+    drafting: bool
+    out: list[int] = field(default_factory=list)
+    slot: int | None = None   # its row in both decoders while it runs
+    start: float = 0.0        # when its clock starts (perf_counter): the call's start for the first rows admitted
+    wall: float = 0.0         # seconds from its start to its last token
+    fed: tuple = (0, 0, 0)    # (target tokens, draft forwards, draft tokens) its slot had taken before it
+    output: rounds.Output | None = None
+    forwards: int = 0         # target forwards this row took part in
+
+
+def decode(prompts: list[str], *, target, target_tokenizer, draft, draft_tokenizer, algorithm: str, k: int,
+           max_new_tokens: int, params: SamplingParams, seeds: list[int], draft_confidence: float, draft_window: int,
+           draft_encoding: str | None, draft_temperature: float | None, coupling: str, stop, slots: int,
+           make_decoder: MakeDecoder, policy=None, on_finish=None, progress: bool = False) -> list[rounds.Output]:
+    """Every prompt continued by `target`, drafted by `draft` through `algorithm`; one Output per prompt, in order.
+    The arguments are xvocab.generate_batch's (`seeds`: one per prompt; `slots`: rows decoded at once)."""
+    stop = check_stop(stop)
+    for prompt in prompts:
+        rounds.validate(prompt, draft, draft_tokenizer, algorithm, k, max_new_tokens, draft_window, draft_confidence)
+    if len(seeds) != len(prompts):
+        raise ConfigError(f"{len(seeds)} seeds for {len(prompts)} prompts; pass one seed per prompt, or an int")
+    wall0 = time.perf_counter()
+    speculating = algorithms.get(algorithm).uses_draft
+    pair = prepare(target, target_tokenizer, draft if speculating else None, draft_tokenizer, algorithm=algorithm,
+                   draft_encoding=draft_encoding)  # the tokenizers checked; from here on only the pair reads them
+    device = head_device(target)  # where the target's logits land, and verification runs
+    d_device = head_device(draft) if speculating else device
+    t_prompts = [pair.target_prompt(p) for p in prompts]
+    for ids in t_prompts:
+        pair.check_context(len(ids), max_new_tokens)
+    rows = []
+    for i, (prompt, t_prompt) in enumerate(zip(prompts, t_prompts)):
+        generator = torch.Generator(device=device).manual_seed(seeds[i])
+        # Drafting draws from its own generator on the draft's device (a stream of its own: xvocab.seeds).
+        draft_generator = (generator if d_device == device
+                           else torch.Generator(device=d_device).manual_seed(draft_seed(seeds[i])))
+        t_side = Side(pair.target_codec, t_prompt)
+        d_side = Side(pair.draft_codec, pair.draft_prompt(prompt, draft_window)) if speculating else t_side
+        ctx = DraftContext(t_side, d_side, rounds.draft_params(params, draft_temperature), draft_generator,
+                           pair.same_vocab, pair.tables, draft_confidence,
+                           tape=rounds.noise_tape(coupling, algorithm, params, seeds[i], target, device))
+        rows.append(Row(i, t_side, d_side, ctx, generator, Stats(k=k), speculating))
+    # The target never holds more than prompt + max_new_tokens - 1 + k + 1 positions; a draft's text can take more
+    # tokens than the target's.
+    t_dec = make_decoder("target", target, slots, max(map(len, t_prompts)) + max_new_tokens + k)
+    d_dec = (make_decoder("draft", draft, slots, max(len(r.d_side.prompt) for r in rows) + 2 * (max_new_tokens + k))
+             if speculating else None)
+    end_rule = pair.stop_rule(stop)
+    bar = _bar(progress, len(prompts) * max_new_tokens)
+    waiting, free = list(rows), list(range(slots))
+    first = True
+    while waiting or any(r.slot is not None for r in rows):
+        admitted = []
+        while waiting and free:
+            r = waiting.pop(0)
+            r.slot, r.start = free.pop(0), wall0 if first else time.perf_counter()
+            r.fed = _slot_counts(r.slot, t_dec, d_dec)
+            admitted.append(r)
+        first = False
+        if admitted:
+            # Prefill the newcomers in forwards of their own: inside a round, a prompt would pad every other
+            # row's few tokens to its length (a ragged forward is as wide as its longest row). A decoder keeps
+            # each prompt's last logits, so the first step after reads them without a forward (a one-row decoder
+            # folds the prompt into its first step instead: the same forwards counted either way, tested).
+            t_dec.prefill({r.slot: (r.t_side.full(), []) for r in admitted})
+            if d_dec is not None:  # (a draft prompt past the draft's context is left to draft_in_lockstep)
+                d_dec.prefill({r.slot: (r.d_side.full(), []) for r in admitted
+                               if r.drafting and (d_dec.limit is None or len(r.d_side.full()) <= d_dec.limit)})
+        live = [r for r in rows if r.slot is not None]
+        round_start = time.perf_counter()
+        k_round = policy.choose(k, len(live)) if policy is not None else k
+        proposals = _draft_round(live, algorithm, k_round, max_new_tokens, d_dec)
+        t_start = time.perf_counter()
+        logits = t_dec.step({r.slot: (r.t_side.full(), proposals[r.index].ids) for r in live})  # [n + 1, V] each
+        now = time.perf_counter()
+        accepted = []
+        for r in live:
+            proposal = proposals[r.index]
+            r.forwards += 1
+            n_acc, nxt = rounds.verify_proposal(logits[r.slot], proposal, params, r.generator, r.ctx.tape,
+                                                position=len(r.out))
+            accepted.append((len(proposal.ids), n_acc))
+            r.stats.record_step(len(proposal.ids), n_acc, first_token=not r.out, now=now - r.start)
+            new, finished = commit(r.out, proposal.ids[:n_acc] + [nxt], max_new_tokens=max_new_tokens,
+                                   stop=end_rule, t_side=r.t_side, d_side=r.d_side, ctx=r.ctx,
+                                   same_vocab=pair.same_vocab, drafting=r.drafting)
+            bar.update(len(new))
+            if finished:
+                r.wall = time.perf_counter() - r.start
+                output = _finish(r, t_dec, d_dec, pair)
+                t_dec.drop(r.slot)
+                if d_dec is not None:
+                    d_dec.drop(r.slot)
+                free.append(r.slot)
+                free.sort()
+                r.slot = None
+                if on_finish is not None:
+                    on_finish(r.index, output, time.perf_counter() - wall0)
+        if policy is not None:
+            policy.observe(k_round, len(live), accepted, verify_seconds=now - t_start,
+                           round_seconds=time.perf_counter() - round_start, rows=[r.index for r in live])
+    bar.close()
+    return [r.output for r in rows]
+
+
+def _slot_counts(slot: int, t_dec, d_dec) -> tuple[int, int, int]:
+    """(target tokens, draft forwards, draft tokens) a slot has taken so far, over every row that held it."""
+    return (t_dec.row_tokens[slot], *((d_dec.row_forwards[slot], d_dec.row_tokens[slot])
+                                      if d_dec is not None else (0, 0)))
+
+
+def _finish(r: Row, t_dec, d_dec, pair: Pair) -> rounds.Output:
+    """Row r's Output (kept on the row) from what its slot took part in since it took the slot."""
+    target_fed, draft_forwards, draft_fed = (now - before for now, before in
+                                             zip(_slot_counts(r.slot, t_dec, d_dec), r.fed))
+    r.stats.finish(new_tokens=len(r.out), wall_seconds=r.wall, target_forwards=r.forwards,
+                   prompt_tokens=len(r.t_side.prompt), target_tokens_fed=target_fed,
+                   draft_forwards=draft_forwards, draft_tokens_fed=draft_fed, align_seconds=r.ctx.align_seconds)
+    r.output = rounds.Output(r.out, pair.decode(r.out), r.stats)
+    return r.output
+
+
+def _draft_round(live: list[Row], algorithm: str, k: int, max_new_tokens: int, d_dec) -> dict[int, Proposal]:
+    """Every live row's proposal for this round, the draft forwards batched across rows."""
+    proposals: dict[int, Proposal] = {}
+    calls = {}
+    for r in live:
+        budget = min(k, max_new_tokens - len(r.out) - 1)  # past the last token to emit, the bonus token covers it
+        if not r.drafting or budget <= 0:
+            proposals[r.index] = Proposal([])
+        else:
+            calls[r.slot] = DRAFTERS[algorithm](r.ctx, budget)
+    by_slot = {r.slot: r for r in live}
+    drafted, full = draft_in_lockstep(calls, d_dec)
+    for i in full:  # the draft's context is full: this row's target decodes on alone (still exact)
+        by_slot[i].drafting, by_slot[i].stats.draft_stopped_at = False, len(by_slot[i].out)
+    for i, proposal in drafted.items():
+        proposals[by_slot[i].index] = proposal
+    for r in live:  # proposals past the last token still to emit are never used: the bonus token covers it
+        proposals[r.index] = proposals[r.index].truncated(max_new_tokens - len(r.out) - 1)
+    return proposals
+
+
+def draft_in_lockstep(calls: dict, d_dec) -> tuple[dict[int, Proposal], list[int]]:
+    """Run drafter calls (xvocab.algorithms: generators, or Proposals) keyed by their rows in `d_dec` to their
+    Proposals, the draft sequences they ask about answered by ONE `d_dec` forward per drafting step across the
+    rows still drafting. A row whose next draft sequence would pass the draft's context stops there with an
+    empty Proposal and is listed second (the caller decodes it on without a draft: still exact).
+    Used by the loop and by xvocab.vllm's proposer (the same drafting code in both engines)."""
+    proposals: dict[int, Proposal] = {}
+    asks = {}
+    for i, call in calls.items():
+        asks[i], done = _start(call)
+        if done is not None:
+            proposals[i] = done
+            del asks[i]
+    full = []
+    while asks:
+        for i in [i for i, seq in asks.items() if d_dec.limit is not None and len(seq) > d_dec.limit]:
+            full.append(i)
+            proposals[i] = Proposal([])
+            del asks[i]
+        if not asks:
+            break
+        logits = d_dec.step({i: (seq, []) for i, seq in asks.items()})
+        nxt = {}
+        for i in asks:
+            nxt[i], done = _resume(calls[i], logits[i][-1])
+            if done is not None:
+                proposals[i] = done
+                del nxt[i]
+        asks = {i: seq for i, seq in nxt.items() if seq is not None}
+    return proposals, full
+
+
+def _start(drafting) -> tuple[list[int] | None, Proposal | None]:
+    """Advance a drafter call to its first request: (sequence asked about, None) or (None, its Proposal)."""
+    if isinstance(drafting, Proposal):
+        return None, drafting
+    return _resume(drafting, None)
+
+
+def _resume(drafting, logits) -> tuple[list[int] | None, Proposal | None]:
+    try:
+        return (next(drafting) if logits is None else drafting.send(logits)), None
+    except StopIteration as done:
+        return None, done.value
+
+
+def _bar(progress: bool, total: int):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc="generate", unit="tok", disable=not progress)
