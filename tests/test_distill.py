@@ -8,10 +8,18 @@ import torch
 from xvocab import zoo
 from xvocab.alignment.aligned import aligned_codec
 from xvocab.alignment.intersection import intersection
-from xvocab.drafter.distill import (NOWHERE, argmax_labels, divergence, divergence_reference, document, first_piece_map,
-                                    greedy_agreement, pieces)
+from xvocab.alignment.roles import prompt_ids
+from xvocab.drafter.distill import (
+    NOWHERE,
+    argmax_labels,
+    divergence,
+    divergence_reference,
+    document,
+    first_piece_map,
+    greedy_agreement,
+    pieces,
+)
 from xvocab.drafter.student import Distill, StudentShape, _accumulate, batch_rows, build_student
-from xvocab.roles import prompt_ids
 
 
 def _case(seed: int, m: int = 5, k: int = 6, V: int = 20):

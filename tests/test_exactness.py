@@ -11,15 +11,20 @@ from _support import CROSS, mirrored_pairs
 from scipy.stats import chisquare
 
 import xvocab
-from xvocab import rounds
 from xvocab.alignment.intersection import NO_TOKEN
+from xvocab.alignment.roles import prompt_ids
 from xvocab.alignment.tables import pair_tables, same_vocabulary
-from xvocab.engine import generate
-from xvocab.lossless import chi_square_pvalue, exact_distribution
-from xvocab.roles import prompt_ids
-from xvocab.sampling import SamplingParams, logits_to_probs, sample
-from xvocab.verify import (exact_match_verify, exact_match_verify_reference, greedy_verify, rejection_verify,
-                           rejection_verify_rows)
+from xvocab.checks.lossless import chi_square_pvalue, exact_distribution
+from xvocab.decode import rounds
+from xvocab.decode.engine import generate
+from xvocab.verification.sampling import SamplingParams, logits_to_probs, sample
+from xvocab.verification.verify import (
+    exact_match_verify,
+    exact_match_verify_reference,
+    greedy_verify,
+    rejection_verify,
+    rejection_verify_rows,
+)
 from xvocab.zoo.tiny import GREEDY_BIAS, biased_pair, mirror_model
 
 # Byte-level / SentencePiece both ways, large / small vocabularies.
@@ -85,8 +90,9 @@ def test_greedy_equals_ar_with_the_target_aligned_draft_encoding(tiny_pairs, pai
 def test_draft_encoding_comes_from_the_drafters_config(tiny_pairs, monkeypatch):
     target, tt, draft, dt = tiny_pairs["gpt-2", "mpt"]
     seen = []
-    real = xvocab.pair.draft_codec  # the pair is prepared, draft encoding included, in xvocab.pair
-    monkeypatch.setattr(xvocab.pair, "draft_codec", lambda t, d, encoding: seen.append(encoding) or real(t, d, encoding))
+    real = xvocab.decode.pair.draft_codec  # the pair is prepared, draft encoding included, in xvocab.decode.pair
+    monkeypatch.setattr(xvocab.decode.pair, "draft_codec",
+                        lambda t, d, encoding: seen.append(encoding) or real(t, d, encoding))
     kw = dict(target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt, max_new_tokens=2)
     generate("x", **kw)
     monkeypatch.setattr(draft.config, "xvocab_draft_encoding", "aligned", raising=False)
@@ -109,8 +115,8 @@ def test_draft_that_cannot_spell_the_text_still_decodes_exactly():
         target.lm_head.bias[ctrl] = 30.0  # the target emits byte 0x04 often, which falcon cannot spell
     prompt = "def f(x):"
     ref = generate(prompt, target=target, target_tokenizer=tt, algorithm="ar", max_new_tokens=24)
-    assert b"\x04" in xvocab.tokens.codec(tt).bytes_of(ref.token_ids)
-    assert 0x04 in xvocab.tokens.codec(dt).missing_bytes
+    assert b"\x04" in xvocab.alignment.tokens.codec(tt).bytes_of(ref.token_ids)
+    assert 0x04 in xvocab.alignment.tokens.codec(dt).missing_bytes
     for alg in CROSS:
         out = generate(prompt, target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt,
                        algorithm=alg, k=4, max_new_tokens=24)
@@ -153,8 +159,8 @@ def test_a_draft_window_changes_what_the_draft_reads_not_the_output(tiny_pairs, 
 
 
 def test_a_draft_window_keeps_the_special_prefix_and_the_last_ids(tiny_pairs):
-    from xvocab.pair import prepare
-    from xvocab.roles import special_prefix
+    from xvocab.alignment.roles import special_prefix
+    from xvocab.decode.pair import prepare
 
     target, tt, draft, dt = tiny_pairs["llama-spm", "mistral-v1"]
     pair = prepare(target, tt, draft, dt, algorithm="slem")
@@ -216,7 +222,7 @@ def test_fast_verifiers_equal_references_draw_for_draw():
 
 def test_verifiers_on_rows_formed_on_demand_equal_the_whole_matrix():
     """On a CPU the engine hands the verifiers ProbRows; same draws and generator state as full probs."""
-    from xvocab.sampling import ProbRows
+    from xvocab.verification.sampling import ProbRows
 
     gen = torch.Generator().manual_seed(3)
     for trial, params in enumerate([SamplingParams(1.0), SamplingParams(0.7, top_k=5), SamplingParams(1.3, top_p=0.8)]
@@ -432,7 +438,7 @@ def _draw_counts(sampler, probs, n, seed):
 def test_fast_sampler_matches_the_exponential_race_in_distribution():
     """The CDF sampler and the reference both follow probs (chi-square at ALPHA each, 40k draws,
     31 non-zero bins); a sampler off by one token (a classic CDF bug) is rejected by the same test."""
-    from xvocab.sampling import sample_reference
+    from xvocab.verification.sampling import sample_reference
 
     gen = torch.Generator().manual_seed(5)
     probs = torch.rand(40, generator=gen) ** 3
@@ -465,7 +471,7 @@ def test_fast_sampler_is_exact_on_unnormalized_and_batched_rows():
 # ------------------------------------------------------------------ fast paths against their plain forms
 
 def test_fast_argmax_is_torch_argmax_with_ties_nan_and_infinities():
-    from xvocab.sampling import argmax
+    from xvocab.verification.sampling import argmax
 
     gen = torch.Generator().manual_seed(0)
     x = torch.randint(0, 4, (64, 50), generator=gen).float()  # many ties

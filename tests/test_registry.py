@@ -9,10 +9,10 @@ import pytest
 from _support import ALL, CROSS, mirrored_pairs
 
 import xvocab
-from xvocab import algorithms, engine
+from xvocab import algorithms
 from xvocab.alignment.tables import pair_tables
+from xvocab.decode.pair import prepare
 from xvocab.errors import ConfigError, VocabularyMismatchError
-from xvocab.pair import prepare
 
 ROOT = Path(__file__).resolve().parents[1]
 PAIR = ("llama-spm", "gpt-2")

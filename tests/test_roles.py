@@ -11,11 +11,12 @@ import torch
 from _support import CROSS
 
 import xvocab
-from xvocab import algorithms, engine
+from xvocab import algorithms
 from xvocab.algorithms import Proposal
 from xvocab.alignment.intersection import NO_TOKEN
+from xvocab.alignment.roles import prompt_ids, special_prefix
 from xvocab.alignment.tables import pair_tables
-from xvocab.roles import prompt_ids, special_prefix
+from xvocab.decode import engine
 from xvocab.zoo.tiny import mirror_model
 
 ALGS = CROSS

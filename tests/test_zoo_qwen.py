@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import xvocab
+from xvocab.alignment.roles import eos_ids, prompt_ids
 from xvocab.alignment.tables import same_vocabulary
-from xvocab.roles import eos_ids, prompt_ids
 
 # Under pytest-xdist (`make test` runs two workers) this module stays on one worker, so the 1.5B and the 0.5B are
 # never in memory twice.

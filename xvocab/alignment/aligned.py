@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from xvocab.alignment.intersection import NO_TOKEN, intersection
+from xvocab.alignment.tokens import ByteCodec, codec
 from xvocab.alignment.translate import Stream
 from xvocab.errors import ConfigError
-from xvocab.tokens import ByteCodec, codec
 
 ENCODINGS = ("native", "aligned")
 CONFIG_KEY = "xvocab_draft_encoding"  # in a drafter's config.json: the encoding it was trained on

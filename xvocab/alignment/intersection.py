@@ -1,6 +1,6 @@
 """Token-level intersection of two vocabularies, on exact bytes (for TLI).
 
-Two ids correspond when they emit identical bytes (xvocab.tokens). Comparing bytes,
+Two ids correspond when they emit identical bytes (xvocab.alignment.tokens). Comparing bytes,
 not strings, keeps a SentencePiece `é` (bytes C3 A9) apart from a byte-level token for
 the lone byte E9, a confusion string-based maps make. Special tokens never match by
 accident: they have no bytes, and map only through an explicit role (BOS, EOS, PAD).
@@ -21,7 +21,7 @@ from functools import lru_cache
 
 import torch
 
-from xvocab.tokens import codec
+from xvocab.alignment.tokens import codec
 
 NO_TOKEN = -1  # sentinel in the id maps: no counterpart in the other vocabulary
 

@@ -30,7 +30,7 @@ from functools import cache, lru_cache
 import torch
 
 from xvocab.alignment.intersection import NO_TOKEN, intersection
-from xvocab.tokens import UnrepresentableTextError, codec
+from xvocab.alignment.tokens import UnrepresentableTextError, codec
 
 
 @dataclass(frozen=True, eq=False)
@@ -72,7 +72,7 @@ class DraftIds:
 
 class PairTables:
     """Per-pair id tables the drafters use (see the module docstring), each built on first use and kept: an
-    algorithm pays only for the tables its registry entry names (xvocab.pair.prepare builds those up front)."""
+    algorithm pays only for the tables its registry entry names (xvocab.decode.pair.prepare builds those up front)."""
 
     def __init__(self, make: dict, roles: dict[int, int], target_vocab: int):
         self._make = make                # name -> () -> DraftIds
@@ -115,7 +115,7 @@ def pair_tables(target_tokenizer, draft_tokenizer, target_vocab: int, draft_voca
                 same: bool | None = None) -> PairTables:
     """The tables for a pair; `*_vocab` are the output-head widths, `*_eos` the ids that end a sequence
     (the tokenizers' EOS ids are always included); `same`: whether the two share one vocabulary, if the caller
-    has worked it out (xvocab.pair.prepare), else worked out here."""
+    has worked it out (xvocab.decode.pair.prepare), else worked out here."""
     tc, dc = codec(target_tokenizer), codec(draft_tokenizer)
     t_eos = {i for i in (*target_eos, target_tokenizer.eos_token_id) if i is not None and i < target_vocab}
     d_eos = {i for i in (*draft_eos, draft_tokenizer.eos_token_id) if i is not None and i < draft_vocab}

@@ -17,16 +17,26 @@ from pathlib import Path
 
 import torch
 
-from xvocab import records, zoo
+from xvocab import zoo
 from xvocab.alignment.aligned import AlignedCodec, draft_codec, model_encoding
 from xvocab.alignment.intersection import intersection
+from xvocab.alignment.roles import prompt_ids
 from xvocab.drafter.distill import KINDS, document, first_piece_map
 from xvocab.drafter.prompts import raw_code
-from xvocab.drafter.student import (Distill, StudentShape, build_student, check_next_token, encode_documents,
-                                    grow_depth, save_student, shape_of, train_student)
-from xvocab.roles import prompt_ids
+from xvocab.drafter.student import (
+    Distill,
+    StudentShape,
+    build_student,
+    check_next_token,
+    encode_documents,
+    grow_depth,
+    save_student,
+    shape_of,
+    train_student,
+)
 from xvocab.drafter.teacher import read_teacher_text
 from xvocab.errors import ConfigError
+from xvocab.measure import records
 
 
 def loss_figure(rows: list[dict], out_path: Path, title: str) -> None:

@@ -14,7 +14,7 @@ greedy) and the same pair tables, so one exactness suite covers both engines.
 
 Per step (`propose`): each request with a newly sampled token is matched to its view, the view re-synced to
 the request's committed ids, and every request's drafter advanced in lockstep: ONE batched draft forward per
-drafting step across the running requests (xvocab.loop.draft_in_lockstep). It returns one list of target ids
+drafting step across the running requests (xvocab.decode.loop.draft_in_lockstep). It returns one list of target ids
 per request (empty: no proposal, e.g. a request still in prefill or past the draft rows).
 
 Lossless: a proposal is a deterministic function of the request's committed ids (greedy drafting; batched
@@ -37,12 +37,12 @@ from pathlib import Path
 import torch
 
 from xvocab.algorithms import DRAFTERS
+from xvocab.alignment.roles import generation_eos_ids
 from xvocab.alignment.tables import same_vocabulary
-from xvocab.loop import draft_in_lockstep
-from xvocab.batch_kv import BatchDecoder
+from xvocab.decode.loop import draft_in_lockstep
+from xvocab.decode.pair import prepare_for_target
 from xvocab.errors import ConfigError, XVocabError
-from xvocab.pair import prepare_for_target
-from xvocab.roles import generation_eos_ids
+from xvocab.runtime.batch_kv import BatchDecoder
 from xvocab.vllm import kernels, repairs
 from xvocab.vllm.rows import Slots, follow, open_view, special_map
 from xvocab.vllm.settings import Settings, check_verification

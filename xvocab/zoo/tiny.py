@@ -31,9 +31,11 @@ def tiny_model(tokenizer, *, seed: int = 0, n_layers: int = 2, hidden_size: int 
               bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
               pad_token_id=tokenizer.pad_token_id)
     if sliding_window is None:
-        from transformers import LlamaConfig as Config, LlamaForCausalLM as Model
+        from transformers import LlamaConfig as Config
+        from transformers import LlamaForCausalLM as Model
     else:
-        from transformers import Gemma3ForCausalLM as Model, Gemma3TextConfig as Config
+        from transformers import Gemma3ForCausalLM as Model
+        from transformers import Gemma3TextConfig as Config
 
         kw |= dict(sliding_window=sliding_window, head_dim=hidden_size // n_heads,
                    layer_types=["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n_layers)])
@@ -220,7 +222,7 @@ def servable_pair(target_tokenizer: str, draft_tokenizer: str, directory, *, see
     under `directory` as checkpoints another engine serves (xvocab.zoo.serving: tokenizer files with roles, EOS).
     Two heads of 32 dimensions (the smallest head vLLM's CPU attention takes). Built once per directory: written
     whole or not at all."""
-    from xvocab.roles import eos_ids
+    from xvocab.alignment.roles import eos_ids
     from xvocab.zoo.cache import atomic_dir
     from xvocab.zoo.names import tokenizer
     from xvocab.zoo.serving import write_tokenizer_files

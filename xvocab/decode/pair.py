@@ -7,12 +7,12 @@ vocabulary, the codec the draft side encodes text with (`native`, or `aligned` t
 segmentation), and the per-pair id tables the drafters use (TLI's intersection, SLRS's first-token map, the
 EOS role), on the draft's device. The Pair then encodes both prompts (`target_prompt`, `draft_prompt`),
 checks a request against the context (`check_context`), gives the end rule (`stop_rule`) and decodes the
-output (`decode`): the decode loop (xvocab.loop) never touches a tokenizer.
+output (`decode`): the decode loop (xvocab.decode.loop) never touches a tokenizer.
 
 Why here: these all follow from the tokenizers, the models' head widths and configs, and the draft
 encoding, and not from the prompt. Built in one place below the loops, they read them and prepare nothing.
 The expensive parts (codecs, intersections, tables: seconds for a 262k vocabulary) are cached per pair
-where they are built (xvocab.tokens, xvocab.alignment), so preparing a pair again for the next prompt costs
+where they are built (xvocab.alignment.tokens, xvocab.alignment), so preparing a pair again for the next prompt costs
 microseconds.
 
 Invariant: a prepared pair depends only on (tokenizers, head widths, EOS ids, context limit, encoding,
@@ -26,12 +26,12 @@ from dataclasses import dataclass
 
 from xvocab import algorithms
 from xvocab.alignment.aligned import ENCODINGS, AlignedCodec, draft_codec, model_encoding
+from xvocab.alignment.roles import eos_ids, prompt_ids, special_prefix
 from xvocab.alignment.tables import PairTables, pair_tables, same_vocabulary
-from xvocab.commit import Stop
+from xvocab.alignment.tokens import ByteCodec, codec
+from xvocab.decode.commit import Stop
 from xvocab.errors import ConfigError, VocabularyMismatchError
-from xvocab.kv import context_limit
-from xvocab.roles import eos_ids, prompt_ids, special_prefix
-from xvocab.tokens import ByteCodec, codec
+from xvocab.runtime.kv import context_limit
 
 
 def output_vocab(model) -> int:
@@ -62,7 +62,7 @@ class Pair:
         """The ids the draft starts from: its special prefix, then the prompt, or only the prompt's last `window`
         ids (0: all). A window bounds what a long document costs the draft (its prefill, and each forward's
         attention) without changing any output: the draft conditions proposals, the target verifies them, and
-        the continuation the draft follows is synced by text (xvocab.commit), whatever its prompt was."""
+        the continuation the draft follows is synced by text (xvocab.decode.commit), whatever its prompt was."""
         aligned = self.draft_codec if isinstance(self.draft_codec, AlignedCodec) else None
         ids = prompt_ids(self.draft_tokenizer, prompt, aligned)
         n_prefix = len(special_prefix(self.draft_tokenizer))

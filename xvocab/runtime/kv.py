@@ -18,7 +18,7 @@ import torch
 
 from xvocab.alignment.translate import common_prefix_length
 from xvocab.errors import ConfigError, ContextFullError, UnsupportedModelError
-from xvocab.packed_linear import packed_linears
+from xvocab.runtime.packed_linear import packed_linears
 
 
 def check_rollback(model) -> None:
@@ -237,7 +237,8 @@ class Decoder:
 
 
 class OneRow:
-    """A Decoder driven through the decode loop's decoder interface (xvocab.loop, as xvocab.batch_kv.BatchDecoder
+    """A Decoder driven through the decode loop's decoder interface (xvocab.decode.loop, as
+    xvocab.runtime.batch_kv.BatchDecoder
     is) as a batch of one row, slot 0: how `xvocab.generate` decodes a single prompt over transformers' own cache.
 
     `prefill` computes nothing: the row's first step feeds the prompt and its first proposal in one forward, as a

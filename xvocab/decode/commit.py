@@ -3,10 +3,10 @@
 What: `commit` takes the tokens one round verified (the accepted proposals and the target's own token), keeps
 those up to the sequence's end (an EOS id, a stop string, or the token budget), appends them to the output,
 releases the noise tape up to there, moves the target's stream past them and re-syncs the draft to the new
-text. `Stop` is the end rule (a pair gives it: xvocab.pair.Pair.stop_rule): the first token that is an EOS id,
+text. `Stop` is the end rule (a pair gives it: xvocab.decode.pair.Pair.stop_rule): the first token that is an EOS id,
 or whose prefix's text first contains a stop string.
 
-Why here: the decode loop (xvocab.loop) and xvocab.vllm's proposer both follow a commit: the end rule and what
+Why here: the decode loop (xvocab.decode.loop) and xvocab.vllm's proposer both follow a commit: the end rule and what
 follows it are written once, below both.
 
 Invariant (lossless): where a sequence ends depends on its tokens alone, never on how they were proposed:
