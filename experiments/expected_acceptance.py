@@ -33,10 +33,10 @@ import xvocab
 from experiments import datasets
 from experiments.runner import load_pair
 from xvocab import defaults
-from xvocab.decode.pair import output_vocab, prepare
+from xvocab.decode.pair import prepare
 from xvocab.decode.rounds import draft_params
 from xvocab.measure import records
-from xvocab.runtime.kv import Decoder
+from xvocab.runtime.kv import Decoder, output_vocab
 from xvocab.verification.coupling import agreement
 from xvocab.verification.sampling import SamplingParams, logits_to_probs
 

@@ -49,8 +49,8 @@ def exact_recordings(rows: list[dict], temperature: float = 0.0) -> list[dict]:
         exact = [r for r in rows if r["config"].get("temperature", 0) == temperature
                  and r["config"].get("coupling") == "gumbel" and registry.get(r["config"]["algorithm"]).couples]
     if not exact:
-        raise ConfigError(f"no greedy rows (temperature 0) in the records: replay reads a target's greedy text; run "
-                          f"experiments.run with temperature=0 first" if temperature == 0 else
+        raise ConfigError("no greedy rows (temperature 0) in the records: replay reads a target's greedy text; run "
+                          "experiments.run with temperature=0 first" if temperature == 0 else
                           f"no coupled rows at temperature {temperature} in the records: replay reads the samples of "
                           f"coupled ar or slem; run experiments.run with 'variants=[\"ar coupling=gumbel\"]' first")
     targets = {r["config"]["target"] for r in exact}

@@ -23,9 +23,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from experiments import sidebyside
-
 import xvocab
+from experiments import sidebyside
 from xvocab.checks import ties
 from xvocab.errors import ConfigError
 from xvocab.measure import records

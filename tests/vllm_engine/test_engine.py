@@ -18,7 +18,14 @@ import xvocab  # noqa: E402
 import xvocab.vllm  # noqa: E402
 from xvocab.alignment.roles import prompt_ids  # noqa: E402
 from xvocab.checks.lossless import (  # noqa: E402
-    ALPHA, PROMPT, SETTINGS, TOKENS, N, chi_square_pvalue, exact_distribution)
+    ALPHA,
+    PROMPT,
+    SETTINGS,
+    TOKENS,
+    N,
+    chi_square_pvalue,
+    exact_distribution,
+)
 from xvocab.vllm import repairs  # noqa: E402
 from xvocab.zoo.tiny import servable_pair  # noqa: E402
 

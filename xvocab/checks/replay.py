@@ -38,8 +38,8 @@ from __future__ import annotations
 import torch
 
 from xvocab import algorithms
-from xvocab.decode.pair import output_vocab
 from xvocab.errors import ConfigError
+from xvocab.runtime.kv import output_vocab
 
 LOST = 0.0  # the logit of every id at a position off the recorded text: a uniform row, never read as a choice
 OFF = float("-inf")  # the logit of every other id at a position on it: the recorded id has all the mass (p one-hot)

@@ -40,9 +40,10 @@ from xvocab.algorithms import DRAFTERS, DraftContext, Proposal
 from xvocab.algorithms.common import Side
 from xvocab.decode import rounds
 from xvocab.decode.commit import check_stop, commit
-from xvocab.decode.pair import Pair, head_device, prepare
+from xvocab.decode.pair import Pair, prepare
 from xvocab.errors import ConfigError
 from xvocab.measure.stats import Stats
+from xvocab.runtime.kv import head_device
 from xvocab.verification.sampling import SamplingParams
 from xvocab.verification.seeds import draft_seed
 

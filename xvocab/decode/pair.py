@@ -31,17 +31,7 @@ from xvocab.alignment.tables import PairTables, pair_tables, same_vocabulary
 from xvocab.alignment.tokens import ByteCodec, codec
 from xvocab.decode.commit import Stop
 from xvocab.errors import ConfigError, VocabularyMismatchError
-from xvocab.runtime.kv import context_limit
-
-
-def output_vocab(model) -> int:
-    """Rows of a model's output head (may exceed its tokenizer: padded checkpoints)."""
-    return model.get_output_embeddings().weight.shape[0]
-
-
-def head_device(model):
-    """Where a model's logits land (the last GPU under a device_map)."""
-    return model.get_output_embeddings().weight.device
+from xvocab.runtime.kv import context_limit, head_device, output_vocab
 
 
 @dataclass(frozen=True, eq=False)

@@ -21,9 +21,9 @@ import torch
 
 from xvocab import algorithms
 from xvocab.algorithms import Proposal
-from xvocab.decode.pair import output_vocab
 from xvocab.errors import ConfigError
 from xvocab.measure.stats import Stats
+from xvocab.runtime.kv import output_vocab
 from xvocab.verification.coupling import COUPLINGS, NoiseTape
 from xvocab.verification.sampling import ProbRows, SamplingParams, logits_to_probs
 from xvocab.verification.verify import (

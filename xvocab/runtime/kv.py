@@ -55,6 +55,16 @@ def context_limit(model) -> int | None:
     return int(limit) if limit else None
 
 
+def output_vocab(model) -> int:
+    """Rows of a model's output head (may exceed its tokenizer: padded checkpoints)."""
+    return model.get_output_embeddings().weight.shape[0]
+
+
+def head_device(model):
+    """Where a model's logits land (the last GPU under a device_map)."""
+    return model.get_output_embeddings().weight.device
+
+
 # transformers 5.24 renamed the forward's KV-cache argument from `past_key_values` to `cache`; vLLM's CPU build pins
 # transformers < 5.20. xvocab passes whichever name the model's forward takes (`cache_argument`).
 CACHE_ARGUMENTS = ("cache", "past_key_values")
