@@ -29,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 from experiments.runner import load_model, load_tokenizer, resolve_device
 from xvocab import zoo
 from xvocab.alignment.aligned import draft_codec, model_encoding
+from xvocab.alignment.tokens import codec
 from xvocab.drafter import code_prompts, generate_teacher_text
 from xvocab.drafter.onpolicy import generate_onpolicy_data
 from xvocab.drafter.prompts import check_source
@@ -93,7 +94,7 @@ def onpolicy_stage(cfg: DictConfig, device: str) -> Path:
                           f"logit-level distillation, which needs a target-aligned drafter (student.encoding=aligned)")
     dtype = target_dtype(cfg, device)
     target, tokenizer = load_model(cfg.target, dtype, device, None)
-    aligned = draft_codec(tokenizer, draft_tokenizer, "aligned")
+    aligned = draft_codec(codec(tokenizer), codec(draft_tokenizer), "aligned")
     meta = {"target": cfg.target, "drafter": str(o.drafter), "prompts": prompt_source(cfg), "dtype": dtype,
             "python": platform.python_version(), "max_prompt_chars": cfg.teacher.max_prompt_chars,
             "order": "length-bucketed x8"}

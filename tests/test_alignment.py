@@ -238,7 +238,7 @@ def test_aligned_encoding_spells_the_text_in_the_targets_cuts(target, draft):
     from xvocab.alignment.aligned import aligned_codec
 
     tt, dt = xvocab.zoo.tokenizer(target), xvocab.zoo.tokenizer(draft)
-    a, t_c = aligned_codec(tt, dt), codec(tt)
+    a, t_c = aligned_codec(codec(tt), codec(dt)), codec(tt)
     t2d = intersection(tt, dt).target_to_draft.tolist()
     assert a.token_bytes == codec(dt).token_bytes  # draft ids: the draft model reads them unchanged
 
@@ -268,7 +268,7 @@ def test_aligned_invariant_check_fails_on_the_native_encoding():
 def test_fast_sync_equals_reference_with_the_aligned_encoding(name):
     from xvocab.alignment.aligned import aligned_codec
 
-    c = aligned_codec(xvocab.zoo.tokenizer("gemma-4"), xvocab.zoo.tokenizer(name))
+    c = aligned_codec(codec(xvocab.zoo.tokenizer("gemma-4")), codec(xvocab.zoo.tokenizer(name)))
 
     @SETTINGS
     @given(TEXT, TEXT, st.integers(0, 40))

@@ -40,6 +40,7 @@ from scipy.stats import chi2, ncx2
 import xvocab
 from xvocab import algorithms
 from xvocab.algorithms.common import Proposal
+from xvocab.alignment.tokens import codec
 from xvocab.checks.lossless import ALPHA, PROMPT, SETTINGS, TOKENS, N, exact_distribution, sampled_pvalue
 from xvocab.decode import rounds
 from xvocab.verification.sampling import logits_to_probs
@@ -84,7 +85,7 @@ def _splitting(draft, tt, dt, scale=1.0):
     from xvocab.alignment.tables import pair_tables
 
     n = draft.get_output_embeddings().weight.shape[0]
-    first = pair_tables(tt, dt, len(tt), n).slrs.to_target           # [V_draft] first target token
+    first = pair_tables(codec(tt), codec(dt), len(tt), n).slrs.to_target           # [V_draft] first target token
     t2d = intersection(tt, dt).target_to_draft                        # [V_target]
     d2t = intersection(tt, dt).draft_to_target
     outside = (torch.arange(n) < len(d2t)) & (first != NO_TOKEN)
@@ -109,7 +110,7 @@ def _psi_case(target, tt, draft, dt, big=1000.0):
 
     from xvocab.alignment.tables import pair_tables
 
-    first = pair_tables(tt, dt, len(tt), len(dt)).slrs.to_target.tolist()  # [V_draft] first target token
+    first = pair_tables(codec(tt), codec(dt), len(tt), len(dt)).slrs.to_target.tolist()  # [V_draft] first target token
     groups = collections.defaultdict(list)
     for d, t in enumerate(first):
         groups[t].append(d)

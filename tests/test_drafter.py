@@ -182,7 +182,7 @@ def test_onpolicy_shards_hold_the_drafters_text_scored_by_the_target_and_resume(
     target, tok = tiny_target
     draft_tok = zoo.tokenizer("deepseek-coder")
     drafter = build_student(draft_tok, StudentShape(1, 32, 64, 2), seed=0).eval()
-    aligned = aligned_codec(tok, draft_tok)
+    aligned = aligned_codec(codec(tok), codec(draft_tok))
     prompts = [{"id": str(i), "prompt": f"def f{i}(x):\n    return"} for i in range(5)]
     kw = dict(batch_size=2, max_new_tokens=6, temperature=1.0, seed=1, top_k=3, meta={"t": "tiny"})
     generate_onpolicy_data(drafter, draft_tok, aligned, target, tok, prompts, tmp_path, **kw)

@@ -14,6 +14,7 @@ import xvocab
 from xvocab.alignment.intersection import NO_TOKEN
 from xvocab.alignment.roles import prompt_ids
 from xvocab.alignment.tables import pair_tables, same_vocabulary
+from xvocab.alignment.tokens import codec
 from xvocab.checks.lossless import chi_square_pvalue, exact_distribution
 from xvocab.decode import rounds
 from xvocab.decode.engine import generate
@@ -179,7 +180,7 @@ def test_greedy_pairs_exercise_acceptance(tiny_pairs):
     for alg in CROSS:
         out = generate(PROMPTS[0], target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt,
                        algorithm=alg, k=4, max_new_tokens=24)
-        assert not same_vocabulary(tt, dt)
+        assert not same_vocabulary(codec(tt), codec(dt))
         assert out.stats.tau > 1.5, alg
 
 
@@ -401,7 +402,7 @@ def test_top_k_top_p_processing():
 
 def _first_step_acceptance(target, tt, draft, dt, alg, params):
     """Exact P(first proposal accepted) = sum_t min(p(t), r(t)), r = q~ (TLI) or psi (SLRS)."""
-    tables = pair_tables(tt, dt, target.get_output_embeddings().weight.shape[0],
+    tables = pair_tables(codec(tt), codec(dt), target.get_output_embeddings().weight.shape[0],
                                 draft.get_output_embeddings().weight.shape[0])
     with torch.no_grad():
         p = logits_to_probs(target(torch.tensor([prompt_ids(tt, PROMPTS[0])])).logits[0, -1], params)
@@ -487,7 +488,7 @@ def test_fast_argmax_is_torch_argmax_with_ties_nan_and_infinities():
 def test_draft_ids_bias_and_push_equal_masking(tiny_pairs):
     """DraftIds restricts by adding a bias and pushes by index lists; the masked forms are the definition."""
     target, tt, draft, dt = tiny_pairs["starcoder", "refact"]
-    tables = pair_tables(tt, dt, target.get_output_embeddings().weight.shape[0],
+    tables = pair_tables(codec(tt), codec(dt), target.get_output_embeddings().weight.shape[0],
                                 draft.get_output_embeddings().weight.shape[0])
     logits = torch.randn(len(tables.tli.to_target), generator=torch.Generator().manual_seed(1))
     for ids in (tables.tli, tables.slrs):

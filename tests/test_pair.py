@@ -8,6 +8,7 @@ from _support import ALL, drafting, mirrored_pairs
 
 import xvocab
 from xvocab.alignment import tables
+from xvocab.alignment.tokens import codec
 from xvocab.decode import loop, pair
 
 PROMPT = "def add(a, b):\n    return"
@@ -76,7 +77,7 @@ def test_whether_the_vocabularies_are_one_is_worked_out_once_per_call(monkeypatc
     assert len(calls) == 1
     # Control: the tables alone, asked without the pair's answer, work it out again (the count can exceed one).
     tables.pair_tables.cache_clear()
-    tables.pair_tables(tt, dt, len(tt), len(dt))
+    tables.pair_tables(codec(tt), codec(dt), len(tt), len(dt))
     assert len(calls) == 2
 
 
@@ -87,7 +88,7 @@ def test_sd_is_tli_over_one_vocabulary(cross):
 
     assert DRAFTERS["sd"] is DRAFTERS["tli"]
     target, tt, _, _ = cross
-    t = tables.pair_tables(tt, tt, len(tt), len(tt))
+    t = tables.pair_tables(codec(tt), codec(tt), len(tt), len(tt))
     ids = t.tli.to_target_host
     assert all(ids[i] in (i, tables.NO_TOKEN) or i in t.roles for i in range(len(ids)))
     ar = xvocab.generate(PROMPT, target=target, target_tokenizer=tt, algorithm="ar", max_new_tokens=16)

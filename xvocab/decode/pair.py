@@ -108,22 +108,23 @@ def prepare_for_target(target_tokenizer, eos: tuple[int, ...], target_vocab: int
         raise ConfigError(f"draft_encoding={draft_encoding!r}; choose one of {', '.join(ENCODINGS)} "
                           f"(or None: the draft's own)")
     check_tokenizer("target", target_tokenizer)
-    base = dict(target_tokenizer=target_tokenizer, target_codec=codec(target_tokenizer), eos=frozenset(eos),
-                context=context)
+    t_codec = codec(target_tokenizer)  # each side's codec built once here (cached per tokenizer) and passed down
+    base = dict(target_tokenizer=target_tokenizer, target_codec=t_codec, eos=frozenset(eos), context=context)
     if draft is None:
         return Pair(**base)
     check_tokenizer("draft", draft_tokenizer)
-    same = same_vocabulary(target_tokenizer, draft_tokenizer)  # the one time per call (module docstring)
+    d_codec = codec(draft_tokenizer)
+    same = same_vocabulary(t_codec, d_codec)
     spec = algorithms.get(algorithm) if algorithm is not None else None
     if spec is not None and spec.one_vocabulary and not same:
         raise VocabularyMismatchError(f"algorithm {algorithm!r} needs one shared vocabulary but the tokenizers "
                                       f"differ; use one of {', '.join(algorithms.names(cross_vocabulary=True))} "
                                       f"for heterogeneous vocabularies")
     encoding = "native" if same else draft_encoding or model_encoding(draft)
-    tables = pair_tables(target_tokenizer, draft_tokenizer, target_vocab, output_vocab(draft),
-                         tuple(eos), eos_ids(draft, draft_tokenizer), same=same)
+    tables = pair_tables(t_codec, d_codec, target_vocab, output_vocab(draft), tuple(eos),
+                         eos_ids(draft, draft_tokenizer), same=same)
     tables = tables.to(head_device(draft))
     for name in spec.tables if spec is not None else ():  # built now, not inside the first timed decode
         tables.table(name)
     return Pair(**base, draft_tokenizer=draft_tokenizer, same_vocab=same,
-                draft_codec=draft_codec(target_tokenizer, draft_tokenizer, encoding), tables=tables)
+                draft_codec=draft_codec(t_codec, d_codec, encoding), tables=tables)

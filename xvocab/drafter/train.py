@@ -21,6 +21,7 @@ from xvocab import zoo
 from xvocab.alignment.aligned import AlignedCodec, draft_codec, model_encoding
 from xvocab.alignment.intersection import intersection
 from xvocab.alignment.roles import prompt_ids
+from xvocab.alignment.tokens import codec
 from xvocab.drafter.distill import KINDS, document, first_piece_map
 from xvocab.drafter.prompts import raw_code
 from xvocab.drafter.student import (
@@ -107,7 +108,7 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer, probe=No
     if not rows:
         raise ConfigError(f"no teacher text under {teacher_dir}; run the teacher stage first (stage=teacher or all)")
     tokenizer = zoo.tokenizer(cfg.draft_tokenizer)
-    d_codec = draft_codec(target_tokenizer, tokenizer, s.encoding)
+    d_codec = draft_codec(codec(target_tokenizer), codec(tokenizer), s.encoding)
     aligned = d_codec if isinstance(d_codec, AlignedCodec) else None
     if aligned is not None:  # the draft ids TLI can propose: the tli loss and the held-out val_tli read them
         distill = replace(distill, inside=intersection(target_tokenizer, tokenizer).draft_mask.to(device))

@@ -39,6 +39,7 @@ import torch
 from xvocab.algorithms import DRAFTERS
 from xvocab.alignment.roles import generation_eos_ids
 from xvocab.alignment.tables import same_vocabulary
+from xvocab.alignment.tokens import codec
 from xvocab.decode.loop import draft_in_lockstep
 from xvocab.decode.pair import prepare_for_target
 from xvocab.errors import ConfigError, XVocabError
@@ -125,14 +126,14 @@ class Proposer:
                               f"serve the model with its own tokenizer (or fix xvocab.target_tokenizer)")
         if self.settings.target_tokenizer:
             own = load_tokenizer(served, "served", "serve a directory holding the model's tokenizer files")
-            if not same_vocabulary(own, self.target_tokenizer):
+            if not same_vocabulary(codec(own), codec(self.target_tokenizer)):
                 raise ConfigError(f"xvocab.target_tokenizer={self.settings.target_tokenizer!r} spells ids otherwise "
                                   f"than the tokenizer vLLM serves ({served}); drop target_tokenizer, or serve the "
                                   f"model with that tokenizer (vLLM's tokenizer=)")
         trained = trained_target(self.settings.draft)
         if trained and self.settings.draft_encoding != "native":
             trained_tokenizer = load_tokenizer(trained, "drafter's training target", "use draft_encoding='native'")
-            if not same_vocabulary(trained_tokenizer, self.target_tokenizer):
+            if not same_vocabulary(codec(trained_tokenizer), codec(self.target_tokenizer)):
                 raise ConfigError(f"drafter {self.settings.draft!r} was trained on text cut as {trained!r} cuts it, "
                                   f"but vLLM serves a target with another vocabulary; use a drafter trained for this "
                                   f"target (python -m experiments.train_drafter), an off-the-shelf draft, or "
