@@ -8,7 +8,8 @@ import pytest
 from _support import CROSS, mirrored_pairs
 
 import xvocab
-from xvocab.decode.commit import Stop, check_stop
+from xvocab.decode.commit import check_stop
+from xvocab.decode.pair import Stop
 from xvocab.errors import ConfigError
 
 PAIRS = [("starcoder", "refact"), ("llama-spm", "mistral-v1")]

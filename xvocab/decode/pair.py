@@ -22,6 +22,7 @@ and whether the vocabularies are one is worked out once per call (tests/test_pai
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from xvocab import algorithms
@@ -29,9 +30,28 @@ from xvocab.alignment.aligned import ENCODINGS, AlignedCodec, draft_codec, model
 from xvocab.alignment.roles import eos_ids, prompt_ids, special_prefix
 from xvocab.alignment.tables import PairTables, pair_tables, same_vocabulary
 from xvocab.alignment.tokens import ByteCodec, codec
-from xvocab.decode.commit import Stop
 from xvocab.errors import ConfigError, VocabularyMismatchError
 from xvocab.runtime.kv import context_limit, head_device, output_vocab
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Where a sequence ends: after the first token in `eos`, or after the first token whose generated text
+    (`decode` of the output so far, the prompt excluded) contains one of `strings`."""
+    eos: frozenset[int]
+    strings: tuple[str, ...] = ()
+    decode: Callable[[list[int]], str] | None = None
+
+    def cut(self, out: list[int], new: list[int]) -> int | None:
+        """How many tokens of `new` to keep if the sequence ends inside it (`out` is what came before), else None."""
+        for i, token in enumerate(new):
+            if token in self.eos:
+                return i + 1
+            if self.strings:
+                text = self.decode(out + new[: i + 1])
+                if any(s in text for s in self.strings):
+                    return i + 1
+        return None
 
 
 @dataclass(frozen=True, eq=False)
