@@ -23,8 +23,9 @@ else --k; slem/tli: any xvocab.vllm.settings key).
 
 Columns: tokens/s (the prompt's tokens over its wall time), TTFT, tau (emitted tokens per target forward; vLLM's
 own methods: tokens / (1 + drafts), their draft proposing at every step after the prefill, drafts from vLLM's
-spec_decode counters; xvocab's proposer: the forwards it saw; xvocab's loop: Stats.tau), acceptance per position, equal
-/ tie / differs against ar of the same engine (xvocab.checks.ties' bfloat16
+spec_decode counters; xvocab's proposer: the forwards it saw; xvocab's loop: Stats.tau), acceptance per position
+(accepted at position i over drafts, vLLM's definition, for every variant; SLEM in xvocab's own loop may propose
+more target tokens than k), equal / tie / differs against ar of the same engine (xvocab.checks.ties' bfloat16
 rule), and for xvocab's proposer the cost outside the draft's forwards per proposed token.
 
     .venv-vllm/bin/python -m experiments.vllm_bench --dtype bfloat16 --prompts 20 --out runs/vllm_bench/bf16
@@ -112,8 +113,11 @@ def _engine(spec: str, args) -> tuple:
             out = xvocab.generate(text, target=target, target_tokenizer=tt, algorithm=algorithm, k=k,
                                   max_new_tokens=args.max_new_tokens, stop=list(STOP), **kw)
             s = out.stats
+            drafts = sum(1 for n in s.proposed if n)  # vLLM's definition: accepted at position i over drafts
+            per_draft = [sum(a > i for a in s.accepted) / drafts for i in range(max(s.proposed, default=0))] \
+                if drafts else []
             return dict(token_ids=out.token_ids, seconds=time.perf_counter() - start, ttft=s.ttft_seconds,
-                        tau=s.tau, per_position=s.per_position_acceptance)
+                        tau=s.tau, per_position=per_draft, accepted_per_step=s.accepted, proposed_per_step=s.proposed)
         return run
 
     import vllm
@@ -363,7 +367,9 @@ def report(out: Path) -> None:
                                                if a["seconds"] > 0})
             ttft = [r["ttft"] for r in rs if r.get("ttft")]
             pos = [r["per_position"] for r in rs if r.get("per_position")]
-            per_pos = [sum(p[j] for p in pos) / len(pos) for j in range(len(pos[0]))] if pos else []
+            # per draft (vLLM's definition): a decode that never drafted as deep as position j accepted nothing there
+            per_pos = [statistics.mean(p[j] if len(p) > j else 0.0 for p in pos)
+                       for j in range(max(map(len, pos), default=0))]
             counts = verdicts.get(variant, {})
             overhead = [r["overhead_ms_per_token"] for r in rs if r.get("overhead_ms_per_token") is not None]
             label = f"{variant} (group {groups.index(g) + 1})" if variant == "ar" and len(groups) > 1 else variant
