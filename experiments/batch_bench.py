@@ -2,7 +2,7 @@
 
 For each batch size b, the same `--prompts` HumanEval prompts are decoded b at a time through
 `xvocab.generate_batch(..., batch_size=b)` (continuous batching: a finished row's slot takes the next prompt), by `ar`, `slem` and `tli` (k = --k) and by `slem` under the speculation policy
-(xvocab.policy: k per round from batched costs measured first, 0 where speculating would not pay); the
+(xvocab.measure.policy: k per round from batched costs measured first, 0 where speculating would not pay); the
 baseline is sequential `ar`, one `xvocab.generate` call per prompt. Every method runs in this one process,
 interleaved per batch size, so the ratios compare like with like on this machine. Greedy outputs of every
 batched method are checked against sequential `ar` (at temperature 0).
@@ -26,8 +26,9 @@ import torch
 import xvocab
 from experiments import datasets
 from experiments.runner import load_pair
-from xvocab import defaults, records
-from xvocab.policy import Policy, measure_costs
+from xvocab import defaults
+from xvocab.measure import records
+from xvocab.measure.policy import Policy, measure_costs
 
 METHODS = ("ar", "slem", "tli", "slem+policy")
 

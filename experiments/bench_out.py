@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from xvocab import records
+from xvocab.measure import records
 
 
 def publish(lines: list[str], findings: list[str], rows: list[dict], args) -> str:

@@ -12,8 +12,8 @@ import statistics
 import time
 
 import xvocab
+from xvocab.alignment.tokens import codec
 from xvocab.alignment.translate import Stream, reference_sync, sync
-from xvocab.tokens import codec
 
 TEXT = 'def f(x):\n    """Double and add one."""\n    return x * 2 + 1  # comment\n\n' * 600
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 import xvocab
+from experiments import sidebyside
 from experiments.bench_out import publish
 from experiments.runner import draft_kwargs, load_pair
 from xvocab import defaults
@@ -51,7 +52,7 @@ class ForwardClock:
 
 
 def hf_generate(prompt, target, tt, draft, dt, k, max_new_tokens, temperature, seed, assisted):
-    ids = torch.tensor([xvocab.roles.prompt_ids(tt, prompt)], device=target.device)
+    ids = torch.tensor([xvocab.alignment.roles.prompt_ids(tt, prompt)], device=target.device)
     kw = dict(max_new_tokens=max_new_tokens, do_sample=temperature > 0, pad_token_id=tt.eos_token_id)
     if temperature > 0:
         kw.update(temperature=temperature, top_k=0, top_p=1.0)
@@ -112,7 +113,7 @@ def main(argv=None):
     prompts = xvocab.zoo.dataset("humaneval")[: args.prompts]
     measure("xvocab_slem", prompts[0], args, models, clock, 0, hf_models[2])  # warm-up, untimed
     for rep in range(args.reps):
-        order = methods[rep % len(methods):] + methods[: rep % len(methods)]
+        order = sidebyside.rotated(rep, methods)
         for row in prompts:
             ref = None
             for method in order:

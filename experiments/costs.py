@@ -1,14 +1,14 @@
 """`python -m experiments.costs TARGET DRAFT [DRAFT ...] --k 2 3 4 --out results/drafters/history/drafter`: forward costs.
 
 Measures, in one process with pinned threads, each model's one-token forward after a warm
-cache and the target's (k+1)-token verification forward (xvocab.cost), and appends one record
+cache and the target's (k+1)-token verification forward (xvocab.measure.cost), and appends one record
 per (draft, k) to OUT/costs.jsonl: target_ms, draft_ms, verify_ms, c = draft/target and
 v = verify/target. `experiments.report` joins these to its rows to print the speedup bounds
 tau / (1 + k c) (the paper's) and tau / (k c + v) (with the measured verification), and the
 efficiency: the measured speedup over the latter.
 
 `--kernels packed stock` measures everything twice in the same process, with the CPU linear layers
-prepacked for oneDNN (xvocab.packed_linear, the default) and with the stock `F.linear`, and prints each
+prepacked for oneDNN (xvocab.runtime.packed_linear, the default) and with the stock `F.linear`, and prints each
 cost's stock / packed ratio; records carry `kernels`.
 """
 from __future__ import annotations
@@ -20,8 +20,10 @@ from pathlib import Path
 import torch
 
 from experiments.runner import load_model
-from xvocab import defaults, packed_linear, records
-from xvocab.cost import cost_ratios, forward_ms
+from xvocab import defaults
+from xvocab.measure import records
+from xvocab.measure.cost import cost_ratios, forward_ms
+from xvocab.runtime import packed_linear
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -43,7 +45,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     drafts = {name: load_model(name, "float32", args.device, None)[0] for name in args.drafts}
     rows, env = [], records.environment()
     for kernels in args.kernels:
-        os.environ["XVOCAB_PACKED"] = "1" if kernels == "packed" else "0"  # read by xvocab.packed_linear per call
+        os.environ["XVOCAB_PACKED"] = "1" if kernels == "packed" else "0"  # read per call (runtime.packed_linear)
         target_ms = forward_ms(target, new_tokens=1, context=args.context, reps=args.reps)
         verify = {k: forward_ms(target, new_tokens=k + 1, context=args.context, reps=args.reps) for k in args.k}
         for name, draft in drafts.items():

@@ -14,7 +14,8 @@ import sys
 import torch
 
 import xvocab
-from xvocab import algorithms, defaults, records
+from xvocab import algorithms, defaults
+from xvocab.measure import records
 
 
 def main(argv=None) -> int:

@@ -10,7 +10,8 @@ same text (encoded as the engine's draft side encodes it: native or target-align
 byte-exact intersection, renormalized and written over target ids: exactly what TLI proposes
 (xvocab.alignment.tables). Beside it, what an exact-match drafter (SLEM) proposing from the same q gets:
 sum_x p_i(x) q_i(x) when the two draw independently, and the agreement of the two exponential races on
-shared noise (coupling="gumbel", xvocab.coupling.agreement). Its mean is the acceptance rate of the first drafted position, the quantity a
+shared noise (coupling="gumbel", xvocab.verification.coupling.agreement).
+Its mean is the acceptance rate of the first drafted position, the quantity a
 drafter trained for sampling is after (issue 15); compare it with the engine's measured per-position
 acceptance (experiments.report's `per_position`, first entry). At T = 0, alpha_i is 1 where the two
 argmaxes agree and 0 elsewhere. Positions whose prefix ends inside a UTF-8 character are skipped (the draft
@@ -31,12 +32,13 @@ from tqdm import tqdm
 import xvocab
 from experiments import datasets
 from experiments.runner import load_pair
-from xvocab import defaults, records
-from xvocab.coupling import agreement
-from xvocab.kv import Decoder
-from xvocab.rounds import draft_params
-from xvocab.pair import output_vocab, prepare
-from xvocab.sampling import SamplingParams, logits_to_probs
+from xvocab import defaults
+from xvocab.decode.pair import prepare
+from xvocab.decode.rounds import draft_params
+from xvocab.measure import records
+from xvocab.runtime.kv import Decoder, output_vocab
+from xvocab.verification.coupling import agreement
+from xvocab.verification.sampling import SamplingParams, logits_to_probs
 
 
 @torch.inference_mode()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from experiments.plots import frontier_figure, speedup_figure, title_of
 from experiments.report import add_costs, aggregate
-from xvocab import records
+from xvocab.measure import records
 
 
 def main(argv=None) -> Path | None:

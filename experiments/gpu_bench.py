@@ -4,8 +4,8 @@ Random weights at real shapes (a config is enough; the weights do not fit a GPU 
 figures are costs, not acceptance. Every model is built once, directly on the device. In one process:
 
 1. per shape: one decode step of 1 and of k + 1 tokens after `--context` cached tokens, eager through
-   `xvocab.kv.Decoder` (DynamicCache, the reference) and replayed from CUDA graphs through
-   `xvocab.batch_kv.BatchDecoder(graphs=True)` (every width captured first, its time reported apart); median ms
+   `xvocab.runtime.kv.Decoder` (DynamicCache, the reference) and replayed from CUDA graphs through
+   `xvocab.runtime.batch_kv.BatchDecoder(graphs=True)` (every width captured first, its time reported apart); median ms
    of `--reps`, and the largest logit difference between the two (fp32 ~1e-5; bf16 a few ulps);
 2. per pair (TARGET:DRAFT): tokens/s of `ar`, `slem`, `tli`, `slrs` with cache=dynamic and cache=graph on
    `--prompts` random prompts, the graph rows through one DecoderPool per pair (graphs captured once, before the
@@ -34,9 +34,10 @@ from pathlib import Path
 import torch
 
 import xvocab
-from xvocab import algorithms, defaults, records, zoo
-from xvocab.batch_kv import BatchDecoder, DecoderPool
-from xvocab.kv import Decoder
+from xvocab import algorithms, defaults, zoo
+from xvocab.measure import records
+from xvocab.runtime.batch_kv import BatchDecoder, DecoderPool
+from xvocab.runtime.kv import Decoder
 
 # shape -> (architecture, config fields, the zoo tokenizer of its vocabulary)
 SHAPES = {
@@ -62,8 +63,16 @@ def sync(device) -> None:
 def shaped(name: str, *, small: bool, device: str, dtype: torch.dtype):
     """(model with random weights at the shape, its tokenizer), built directly on `device` (an 8B shape through
     the CPU's random generator would take minutes); `small`: two layers, for a CPU dry run."""
-    from transformers import (AutoConfig, AutoModelForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig,
-                              LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM)
+    from transformers import (
+        AutoConfig,
+        AutoModelForCausalLM,
+        Gemma3ForCausalLM,
+        Gemma3TextConfig,
+        LlamaConfig,
+        LlamaForCausalLM,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+    )
 
     kind, fields, tok_name = SHAPES[name]
     if kind == "drafter":
@@ -139,7 +148,7 @@ def _hf_generate(model, prompt_ids, tokens, **kw) -> tuple[float, int]:
 def hf_anchors(target, tt, draft, dt, *, prompts: list[str], tokens: int, k: int):
     """Rows for transformers' generate: each setting warmed by the very call it then times (the first prompt,
     the same lengths: a static cache of one fixed `max_cache_len` never recompiles), warm-up seconds reported."""
-    from xvocab.roles import prompt_ids
+    from xvocab.alignment.roles import prompt_ids
 
     ids = [prompt_ids(tt, p) for p in prompts]
     cache_len = max(map(len, ids)) + tokens + 8

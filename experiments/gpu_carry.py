@@ -2,8 +2,8 @@
 
 A lent GPU machine (the device tool) has Python 3.12, torch 2.11 and transformers 5.17, no network, and takes
 the working tree plus named ignored paths, 64 MiB in all. xvocab runs under 5.17 (its models take the KV cache
-as `past_key_values`, which xvocab.kv.cache_argument reads), but the figures were measured under 5.24, so the session
-carries transformers 5.24 (and the huggingface-hub it needs), as wheels for the machine's Python, installed
+as `past_key_values`, which xvocab.runtime.kv.cache_argument reads), but the figures were measured under 5.24, so the
+session carries transformers 5.24 (and the huggingface-hub it needs), as wheels for the machine's Python, installed
 there without byte-compiling; and the converted tokenizers the GPU tests and experiments.gpu_bench read, as
 one xz archive of the xvocab cache (a missing one would send the zoo to the network: the session sets
 XVOCAB_OFFLINE, and the preflight loads every one first).
@@ -90,7 +90,7 @@ def preflight(device: str) -> None:
     from packaging.version import Version
 
     from xvocab import zoo
-    from xvocab.kv import TRANSFORMERS_FLOOR
+    from xvocab.runtime.kv import TRANSFORMERS_FLOOR
 
     print(f"python {sys.version.split()[0]}, torch {torch.__version__}, transformers {transformers.__version__} "
           f"(from {Path(transformers.__file__).parent})", flush=True)

@@ -19,7 +19,6 @@ variant emits the first variant's tokens; when sampling, variants that draw on t
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from pathlib import Path
 
@@ -27,12 +26,14 @@ import torch
 from tqdm import tqdm
 
 import xvocab
+from experiments import sidebyside
 from experiments import variants as specs
 from experiments.bench_out import publish
 from experiments.datasets import load
 from experiments.runner import draft_kwargs, load_pair
-from xvocab import algorithms, defaults, records
+from xvocab import algorithms, defaults
 from xvocab.errors import ConfigError
+from xvocab.measure import records
 
 # The options a variant may set (the others are the run's: --k, --temperature...); one pair, so no draft=.
 OPTIONS = {key: kind for key, kind in specs.OPTIONS.items() if key != "draft"}
@@ -66,11 +67,12 @@ def summarize(rows: list[dict], names: list[str]) -> list[dict]:
     table = []
     for name in names:
         rs = [r for r in rows if r["variant"] == name]
-        paired = sorted(speed([r]) / speed([base[r["seed"], r["prompt"]]]) for r in rs)
-        q = statistics.quantiles(paired, n=4) if len(paired) >= 2 else paired * 3
+        paired = sidebyside.paired_ratios({(r["seed"], r["prompt"]): speed([r]) for r in rs},
+                                          {key: speed([r]) for key, r in base.items()})
+        q1, median, q3 = sidebyside.spread(paired)
         table.append({"variant": name, "decodes": len(rs), "tokens_per_s": speed(rs), "ratio": speed(rs) / base_speed,
                       "tau": sum(r["new_tokens"] for r in rs) / sum(r["target_forwards"] for r in rs),
-                      "paired_median": statistics.median(paired), "paired_q1": q[0], "paired_q3": q[-1]})
+                      "paired_median": median, "paired_q1": q1, "paired_q3": q3})
     return table
 
 
@@ -107,14 +109,13 @@ def main(argv=None):
     models = load_pair(args.pair[0], args.pair[1] if needs_draft else None, "float32", "cpu", None)
     prompts = load(args.dataset, args.prompts)
     decode(variants[-1], prompts[0]["prompt"], args.seeds[0], args, models)  # warm-up, untimed
-    rows, turn = [], 0
-    with tqdm(total=len(args.seeds) * len(prompts) * len(variants), desc="interleave", unit="decode") as bar:
-        for seed in args.seeds:
-            for p in prompts:
-                for v in variants[turn % len(variants):] + variants[: turn % len(variants)]:
-                    rows.append(decode(v, p["prompt"], seed, args, models) | {"prompt": p["id"]})
-                    bar.update()
-                turn += 1
+    rows = []
+    items = [(seed, p) for seed in args.seeds for p in prompts]
+    with tqdm(total=len(items) * len(variants), desc="interleave", unit="decode") as bar:
+        for turn, (seed, p) in enumerate(items):
+            for v in sidebyside.rotated(turn, variants):
+                rows.append(decode(v, p["prompt"], seed, args, models) | {"prompt": p["id"]})
+                bar.update()
     table, findings = summarize(rows, names), findings_for(rows, variants, args.temperature)
     lines = [f"pair {args.pair[0]} <- {args.pair[1]}; {len(prompts)} {args.dataset} prompts x seeds "
              f"{' '.join(map(str, args.seeds))}; T={args.temperature:g}, k={args.k}, {args.max_new_tokens} new tokens, "

@@ -12,7 +12,8 @@ token for token:
   - the batched loop (xvocab.generate_batch, 4 rows at a time over all the prompts) equals `ar` on every row.
 With `--sampling` it checks distributions instead: the pair is xvocab.zoo.tiny.biased_pair (a target and a draft
 that agree often whatever the segmentation, with most of the draft's mass outside the intersection), and slem, tli
-and slrs each sample `--samples` sequences of 3 tokens (xvocab.lossless) in both settings of xvocab.lossless.SETTINGS:
+and slrs each sample `--samples` sequences of 3 tokens (xvocab.checks.lossless) in both settings of
+xvocab.checks.lossless.SETTINGS:
 at T = 1 with top-k 3 through `generate` with the draft's own tokenization, at T = 0.7 with top-p 0.95 through
 `generate_batch` with the aligned one. Each sample is tested against the target's exact law by the chi-square
 test of the suite (tests/test_distributions.py, whose negative controls show it rejecting each algorithm's known
@@ -38,8 +39,8 @@ import torch
 
 import xvocab
 from xvocab import algorithms
-from xvocab.engine import generate
-from xvocab.lossless import ALPHA, PROMPT, SETTINGS, TOKENS, exact_distribution, sampled_pvalue
+from xvocab.checks.lossless import ALPHA, PROMPT, SETTINGS, TOKENS, exact_distribution, sampled_pvalue
+from xvocab.decode.engine import generate
 from xvocab.zoo.tiny import GREEDY_BIAS, biased_pair, mirror_model
 
 # Scripts, emoji with modifiers, tabs and superscripts, CRLF and digit runs, combining-looking accents and curly
@@ -125,8 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=20)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--sampling", action="store_true",
-                        help="check sampled distributions (xvocab.lossless) instead of greedy and coupled outputs")
-    parser.add_argument("--samples", type=int, default=xvocab.lossless.N, help="sequences per distribution test")
+                        help="check sampled distributions (xvocab.checks.lossless) instead of greedy and "
+                             "coupled outputs")
+    parser.add_argument("--samples", type=int, default=xvocab.checks.lossless.N, help="sequences per distribution test")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     names = sorted(xvocab.zoo.tokenizers.TOKENIZERS) + MODEL_TOKENIZERS

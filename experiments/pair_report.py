@@ -26,9 +26,10 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from xvocab import records, zoo
+from xvocab import zoo
 from xvocab.alignment.intersection import intersection
-from xvocab.tokens import codec
+from xvocab.alignment.tokens import codec
+from xvocab.measure import records
 
 SAMPLE = (
     'def fibonacci(n: int) -> int:\n    """Return the n-th Fibonacci number."""\n    if n < 2:\n        return n\n'

@@ -1,7 +1,7 @@
 """`python -m experiments.replay_tau RECORDS --drafts NAME [NAME ...]`: drafters' exact tau, without the target.
 
 Replays the greedy continuations a run recorded (its `ar` rows, or any greedy row: lossless, they are ar's
-tokens) against each drafter and algorithm through the real engine (xvocab.replay): the proposals, acceptances
+tokens) against each drafter and algorithm through the real engine (xvocab.checks.replay): the proposals, acceptances
 and target forwards are those a real run on the same target makes, for the price of the drafts' forwards. Where
 RECORDS also holds a real run of the same (algorithm, draft, k), its measured tau is printed beside the replay's
 (they are equal: tests/test_replay.py; EXPERIMENTS.md, twenty-first session). Use it to compare drafters or
@@ -31,9 +31,11 @@ from tqdm import tqdm
 
 from experiments import datasets
 from experiments.runner import load_model, load_pair, prompt_seed
-from xvocab import algorithms as registry, defaults, records, zoo
+from xvocab import algorithms as registry
+from xvocab import defaults, zoo
+from xvocab.checks.replay import replay
 from xvocab.errors import ConfigError
-from xvocab.replay import replay
+from xvocab.measure import records
 
 
 def exact_recordings(rows: list[dict], temperature: float = 0.0) -> list[dict]:
@@ -47,8 +49,8 @@ def exact_recordings(rows: list[dict], temperature: float = 0.0) -> list[dict]:
         exact = [r for r in rows if r["config"].get("temperature", 0) == temperature
                  and r["config"].get("coupling") == "gumbel" and registry.get(r["config"]["algorithm"]).couples]
     if not exact:
-        raise ConfigError(f"no greedy rows (temperature 0) in the records: replay reads a target's greedy text; run "
-                          f"experiments.run with temperature=0 first" if temperature == 0 else
+        raise ConfigError("no greedy rows (temperature 0) in the records: replay reads a target's greedy text; run "
+                          "experiments.run with temperature=0 first" if temperature == 0 else
                           f"no coupled rows at temperature {temperature} in the records: replay reads the samples of "
                           f"coupled ar or slem; run experiments.run with 'variants=[\"ar coupling=gumbel\"]' first")
     targets = {r["config"]["target"] for r in exact}

@@ -24,17 +24,18 @@ import argparse
 import csv
 import io
 import json
-import statistics
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from experiments import sidebyside
 from experiments.plots import short_cpu, short_name, speedup_figure, title_of
-from xvocab import records, ties
-from xvocab.cost import speedup_bounds
+from xvocab.checks import ties
+from xvocab.measure import records
+from xvocab.measure.cost import speedup_bounds
 
 GROUP = ("target", "draft", "dataset", "temperature", "max_new_tokens", "algorithm", "k", "draft_confidence",
          "draft_encoding", "draft_window", "cpu", "kernels", "cache", "batch_size", "policy", "draft_temperature", "coupling", "stop")
-# Fields absent from older records; records made before xvocab.packed_linear ran the stock kernels.
+# Fields absent from older records; records made before xvocab.runtime.packed_linear ran the stock kernels.
 OPTIONAL = {"draft_confidence": 0.0, "draft_encoding": None, "draft_window": 0, "cpu": None, "kernels": "stock", "cache": "dynamic",
             "batch_size": 1, "policy": False, "draft_temperature": None, "coupling": "none", "stop": ()}
 BASELINE = ("target", "dataset", "temperature", "max_new_tokens", "device", "dtype", "threads", "top_k", "top_p", "cpu",
@@ -84,8 +85,8 @@ def _checked_against(rec: dict, ar_ids: list[int] | None) -> dict:
 
 
 def verdict_counts(rs: list[dict]) -> str | None:
-    """The records' checks against ar as "19 equal, 1 tie" (xvocab.ties verdicts; records made before verdicts were
-    recorded count by equals_ar), None where a record was not checked."""
+    """The records' checks against ar as "19 equal, 1 tie" (xvocab.checks.ties verdicts; records made before verdicts
+    were recorded count by equals_ar), None where a record was not checked."""
     if not all("equals_ar" in r for r in rs):
         return None
     counts = Counter(r.get("ar_verdict") or ("equal" if r["equals_ar"] else "differs") for r in rs)
@@ -98,11 +99,8 @@ def speedup(row: dict, ar: dict | None) -> float | None:
     on the machine moves one ratio, not the result; otherwise the ratio of pooled tokens/s."""
     if ar is None or not ar["tokens_per_s"]:
         return None
-    mine, base = row.get("per_prompt_tokens_per_s"), ar.get("per_prompt_tokens_per_s")
-    common = sorted(set(mine or ()) & set(base or ()))
-    if common:
-        return statistics.median(mine[p] / base[p] for p in common)
-    return row["tokens_per_s"] / ar["tokens_per_s"]
+    paired = sidebyside.median_ratio(row.get("per_prompt_tokens_per_s") or {}, ar.get("per_prompt_tokens_per_s") or {})
+    return paired if paired is not None else row["tokens_per_s"] / ar["tokens_per_s"]
 
 
 def aggregate(recs: list[dict]) -> list[dict]:

@@ -27,10 +27,13 @@ from tqdm import tqdm
 import xvocab
 from experiments import datasets, humaneval
 from experiments.variants import run_interleaved
-from xvocab import algorithms, defaults, packed_linear, records, ties, zoo
-from xvocab.commit import check_stop
+from xvocab import algorithms, defaults, zoo
+from xvocab.alignment.roles import prompt_ids
+from xvocab.checks import ties
+from xvocab.decode.commit import check_stop
 from xvocab.errors import ConfigError
-from xvocab.roles import prompt_ids
+from xvocab.measure import records
+from xvocab.runtime import packed_linear
 from xvocab.zoo.tiny import mirror_model
 
 
@@ -107,7 +110,8 @@ def point(cfg: dict, algorithm: str) -> dict:
             **({"stop": stops} if (stops := stop_strings(cfg)) else {}),
             **({"batch_size": cfg["batch_size"]} if cfg.get("batch_size", 1) != 1 else {}),
             **({"policy": True} if cfg.get("policy") and not ar else {}),
-            # CPU linears prepacked for oneDNN (xvocab.packed_linear); absent: the stock kernels of older records.
+            # CPU linears prepacked for oneDNN (xvocab.runtime.packed_linear); absent: the stock kernels of older
+            # records.
             **({"kernels": "packed"} if packed_linear.applies(resolve_device(cfg["device"]), cfg["dtype"]) else {})}
 
 
@@ -131,7 +135,8 @@ def _generate(row, index, cfg, algorithm, models):
 
 def ar_check(rec: dict, ar_rec: dict, row: dict, judge, tokenizer) -> dict:
     """What a run that must emit ar's tokens records of its check: `equals_ar` (the same ids) and `ar_verdict`
-    (xvocab.ties: equal, tie or differs; a bfloat16 difference is judged on the target's weights read in float32 by
+    (xvocab.checks.ties: equal, tie or differs; a bfloat16 difference is judged on the target's weights read in float32
+    by
     `judge`, a ties.Float32Judge of the target, whose `tokenizer` reads the prompt). A difference that is not a tie
     is reported as it happens."""
     dtype = rec["config"]["dtype"]
@@ -159,8 +164,8 @@ def run(cfg: dict, writer: str | None = None) -> Path:
     """Run one sweep point; return the records file. Null settings take the library's defaults (xvocab.defaults).
 
     `writer` (set for each job of a --multirun, whatever its launcher: joblib, submitit, SLURM): this job appends
-    to a records file of its own (xvocab.records.writer_file; no locks needed on a shared filesystem) and claims
-    each (config, prompt) before decoding it (xvocab.records.claim), so jobs side by side never decode the same
+    to a records file of its own (xvocab.measure.records.writer_file; no locks needed on a shared filesystem) and claims
+    each (config, prompt) before decoding it (xvocab.measure.records.claim), so jobs side by side never decode the same
     one twice: a greedy run's `ar` check that another job has claimed is left to the report, which derives
     `equals_ar` from that job's record; a job's own point claimed by another is waited for, then skipped, or
     taken over if that job died."""
@@ -256,7 +261,7 @@ def _run_batches(todo: list, cfg: dict, conf: dict, algorithm: str, models, path
     id, its slots and the seconds from the call's start to this row's end (the report's throughput is tokens
     over the largest). With cfg.policy the record also carries the policy's choices in the rounds its row took
     part in. Greedy runs compare with `ar` records made in batches too (the report derives equals_ar)."""
-    from xvocab.policy import Policy, measure_costs
+    from xvocab.measure.policy import Policy, measure_costs
 
     target, tt, draft, dt = models
     size = cfg["batch_size"]

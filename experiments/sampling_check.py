@@ -24,7 +24,8 @@ from scipy.stats import chi2_contingency
 import xvocab
 from experiments.bench_vs_hf import hf_generate
 from experiments.runner import draft_kwargs, load_pair
-from xvocab import defaults, records
+from xvocab import defaults
+from xvocab.measure import records
 
 ALPHA = 1e-4
 METHODS = ("hf_assisted", "xvocab_slem", "xvocab_tli", "xvocab_slrs")

@@ -29,14 +29,15 @@ from omegaconf import DictConfig, OmegaConf
 from experiments.runner import load_model, load_tokenizer, resolve_device
 from xvocab import zoo
 from xvocab.alignment.aligned import draft_codec, model_encoding
+from xvocab.alignment.tokens import codec
 from xvocab.drafter import code_prompts, generate_teacher_text
 from xvocab.drafter.onpolicy import generate_onpolicy_data
 from xvocab.drafter.prompts import check_source
 from xvocab.drafter.teacher import length_buckets
 from xvocab.drafter.train import has_amx
-from xvocab.packed_linear import packed_linears
-from xvocab.zoo.assets import CODE_PACKAGES, CODE_SOURCES
 from xvocab.errors import ConfigError
+from xvocab.runtime.packed_linear import packed_linears
+from xvocab.zoo.assets import CODE_PACKAGES, CODE_SOURCES
 
 CONF = str(Path(__file__).resolve().parent.parent / "conf")
 STAGES = ("teacher", "onpolicy", "score", "student", "all", "archive")  # all: teacher then student; archive: the text
@@ -74,7 +75,7 @@ def teacher_stage(cfg: DictConfig, device: str) -> Path:
     target, tokenizer = load_model(cfg.target, dtype, device, None)
     meta = {"target": cfg.target, "prompts": prompt_source(cfg), "python": platform.python_version(),
             "max_prompt_chars": t.max_prompt_chars, "dtype": dtype, "order": "length-bucketed x8"}
-    with packed_linears(target):  # float32 on a CPU: oneDNN-packed weights, 1.5x faster steps (xvocab.packed_linear)
+    with packed_linears(target):  # float32 on a CPU: oneDNN-packed weights, 1.5x faster steps (runtime.packed_linear)
         return generate_teacher_text(target, tokenizer, prompts, cfg.teacher.dir,
                                      batch_size=t.batch_size, max_new_tokens=t.max_new_tokens,
                                      sample_fraction=t.sample_fraction, temperature=t.temperature, seed=cfg.seed,
@@ -93,7 +94,7 @@ def onpolicy_stage(cfg: DictConfig, device: str) -> Path:
                           f"logit-level distillation, which needs a target-aligned drafter (student.encoding=aligned)")
     dtype = target_dtype(cfg, device)
     target, tokenizer = load_model(cfg.target, dtype, device, None)
-    aligned = draft_codec(tokenizer, draft_tokenizer, "aligned")
+    aligned = draft_codec(codec(tokenizer), codec(draft_tokenizer), "aligned")
     meta = {"target": cfg.target, "drafter": str(o.drafter), "prompts": prompt_source(cfg), "dtype": dtype,
             "python": platform.python_version(), "max_prompt_chars": cfg.teacher.max_prompt_chars,
             "order": "length-bucketed x8"}

@@ -24,8 +24,10 @@ from pathlib import Path
 from tqdm import tqdm
 
 import xvocab
-from xvocab import records, ties
+from experiments import sidebyside
+from xvocab.checks import ties
 from xvocab.errors import ConfigError
+from xvocab.measure import records
 
 # What a variant may set, and how its value is read (the rest is the run's).
 OPTIONS = {"draft": str, "coupling": str, "draft_temperature": float, "draft_confidence": float, "k": int,
@@ -102,9 +104,8 @@ def run_interleaved(cfg: dict, path: Path, *, point, generate, record, load_pair
     ar_models = models[keys.index(ar_key)] if ar_key is not None else None
     judge = ties.Float32Judge(ar_models[0]) if ar_models is not None else None
     for index, row in todo:
-        turn = index % len(variants)  # the rotation follows the prompt, so a resumed run keeps it
         made = {}
-        for j in list(range(turn, len(variants))) + list(range(turn)):
+        for j in sidebyside.order(index, len(variants)):  # rotating with the prompt (a resumed run keeps it)
             if (keys[j], row["id"]) in done:
                 continue
             out = generate(row, index, cfgs[j], variants[j]["algorithm"], models[j])

@@ -9,7 +9,7 @@ every engine at once (`--hold`), the variants run in groups, each group interlea
 ratio is taken against the ar of its own group. Where it holds only one (`--hold 1`: float32 1.5B targets on 23 GiB),
 the prompts run in `--blocks` blocks and each engine runs a block alone, ar's included, so a prompt's ratio compares
 decodes minutes apart (the report says which mode each run used). One JSON line per (variant, prompt) goes to `<out>/records.jsonl`
-(xvocab.records: atomic, resumable: a rerun skips what is there), with the CPU, versions and git revision;
+(xvocab.measure.records: atomic, resumable: a rerun skips what is there), with the CPU, versions and git revision;
 `python -m experiments.vllm_bench --report <out>` prints and writes the table (`<out>/table.md`) and a figure.
 
 Variants (`--variants`; DRAFT a zoo name, drafter name or directory):
@@ -23,7 +23,9 @@ else --k; slem/tli: any xvocab.vllm.settings key).
 
 Columns: tokens/s (the prompt's tokens over its wall time), TTFT, tau (emitted tokens per target forward; vLLM's
 own methods: tokens / (1 + drafts), their draft proposing at every step after the prefill, drafts from vLLM's
-spec_decode counters; xvocab's proposer: the forwards it saw; xvocab's loop: Stats.tau), acceptance per position, equal / tie / differs against ar of the same engine (xvocab.ties' bfloat16
+spec_decode counters; xvocab's proposer: the forwards it saw; xvocab's loop: Stats.tau), acceptance per position
+(accepted at position i over drafts, vLLM's definition, for every variant; SLEM in xvocab's own loop may propose
+more target tokens than k), equal / tie / differs against ar of the same engine (xvocab.checks.ties' bfloat16
 rule), and for xvocab's proposer the cost outside the draft's forwards per proposed token.
 
     .venv-vllm/bin/python -m experiments.vllm_bench --dtype bfloat16 --prompts 20 --out runs/vllm_bench/bf16
@@ -41,6 +43,7 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
+from experiments import sidebyside
 from xvocab.vllm.settings import ALGORITHMS
 
 DEFAULT_VARIANTS = ("ar", "vllm-tli:smollm2-135m", "slem:smollm2-135m", "tli:smollm2-135m", "slem:gemma-3-270m",
@@ -110,8 +113,11 @@ def _engine(spec: str, args) -> tuple:
             out = xvocab.generate(text, target=target, target_tokenizer=tt, algorithm=algorithm, k=k,
                                   max_new_tokens=args.max_new_tokens, stop=list(STOP), **kw)
             s = out.stats
+            drafts = sum(1 for n in s.proposed if n)  # vLLM's definition: accepted at position i over drafts
+            per_draft = [sum(a > i for a in s.accepted) / drafts for i in range(max(s.proposed, default=0))] \
+                if drafts else []
             return dict(token_ids=out.token_ids, seconds=time.perf_counter() - start, ttft=s.ttft_seconds,
-                        tau=s.tau, per_position=s.per_position_acceptance)
+                        tau=s.tau, per_position=per_draft, accepted_per_step=s.accepted, proposed_per_step=s.proposed)
         return run
 
     import vllm
@@ -204,8 +210,9 @@ def main(argv=None) -> None:
 
 
 def run(args) -> None:
-    from xvocab import records, zoo
-    from xvocab.roles import prompt_ids
+    from xvocab import zoo
+    from xvocab.alignment.roles import prompt_ids
+    from xvocab.measure import records
 
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB per engine: ample at batch 1 and 2,048 positions
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{args.threads - 1}")
@@ -248,9 +255,7 @@ def _sequential(others: list, prompts: list, done: set, path: Path, base: dict, 
         pending = [v for v in others if any((v, task) not in done for task, _, _ in block)]
         if others and not pending:
             continue
-        order = ["ar"] + pending
-        order = order[b % len(order):] + order[: b % len(order)]
-        for spec in order:
+        for spec in sidebyside.rotated(b, ["ar"] + pending):
             workers = _start([spec], path, dict(base, group=0, block=b), args)
             if spec == "ar" and "ar" not in workers:
                 raise SystemExit("vLLM's ar did not start (recorded in records.jsonl): no baseline")
@@ -263,7 +268,7 @@ def _sequential(others: list, prompts: list, done: set, path: Path, base: dict, 
 
 def _start(variants: list, path: Path, base: dict, args) -> dict:
     """{spec: (process, pipe)} for each variant whose engine started; one that fails is recorded and left out."""
-    from xvocab import records
+    from xvocab.measure import records
 
     ctx = mp.get_context("spawn")
     workers = {}
@@ -307,13 +312,11 @@ def _interleave(workers: dict, prompts: list, path: Path, base: dict, desc: str)
     """Every prompt through every held variant, the order rotating from prompt to prompt (module docstring)."""
     from tqdm import tqdm
 
-    from xvocab import records
+    from xvocab.measure import records
 
     bar = tqdm(total=len(prompts) * len(workers), desc=desc, unit="decode")
     for i, (task, ids, text) in enumerate(prompts):
-        order = list(workers)
-        order = order[i % len(order):] + order[: i % len(order)]  # rotate: no variant always runs first
-        for spec in order:
+        for spec in sidebyside.rotated(i, list(workers)):  # no variant always runs first
             proc, conn = workers[spec]
             conn.send((ids, text))
             status, rec = conn.recv()
@@ -331,7 +334,7 @@ def report(out: Path) -> None:
     median per-prompt ratio), TTFT, tau, acceptance per position, equal / tie / differs against ar."""
     import statistics
 
-    from xvocab import records
+    from xvocab.measure import records
 
     rows = [r for r in records.read(out / "records.jsonl") if not r.get("failed")]
     failed = [r for r in records.read(out / "records.jsonl") if r.get("failed")]
@@ -359,12 +362,14 @@ def report(out: Path) -> None:
             tokens, seconds = sum(len(r["token_ids"]) for r in rs), sum(r["seconds"] for r in rs)
             ar_rs = [ar[r["prompt"]] for r in rs if r["prompt"] in ar]
             ar_tps = sum(len(r["token_ids"]) for r in ar_rs) / max(sum(r["seconds"] for r in ar_rs), 1e-9)
-            ratios = [(len(r["token_ids"]) / r["seconds"]) / (len(ar[r["prompt"]]["token_ids"]) /
-                                                              ar[r["prompt"]]["seconds"])
-                      for r in rs if r["prompt"] in ar and ar[r["prompt"]]["seconds"] > 0]
+            ratios = sidebyside.paired_ratios({r["prompt"]: len(r["token_ids"]) / r["seconds"] for r in rs},
+                                              {p: len(a["token_ids"]) / a["seconds"] for p, a in ar.items()
+                                               if a["seconds"] > 0})
             ttft = [r["ttft"] for r in rs if r.get("ttft")]
             pos = [r["per_position"] for r in rs if r.get("per_position")]
-            per_pos = [sum(p[j] for p in pos) / len(pos) for j in range(len(pos[0]))] if pos else []
+            # per draft (vLLM's definition): a decode that never drafted as deep as position j accepted nothing there
+            per_pos = [statistics.mean(p[j] if len(p) > j else 0.0 for p in pos)
+                       for j in range(max(map(len, pos), default=0))]
             counts = verdicts.get(variant, {})
             overhead = [r["overhead_ms_per_token"] for r in rs if r.get("overhead_ms_per_token") is not None]
             label = f"{variant} (group {groups.index(g) + 1})" if variant == "ar" and len(groups) > 1 else variant
@@ -433,8 +438,9 @@ def _figure(out: Path, rows: list[str], caption: str) -> None:
 
 def _verdicts(rows: list[dict], out: Path) -> dict:
     """{variant: {equal, tie, differs}} against ar of the same engine family (vLLM variants against vLLM's ar,
-    xvocab's loop against xvocab-ar); float32 runs need equality, bfloat16 differences are judged by xvocab.ties."""
-    from xvocab import ties
+    xvocab's loop against xvocab-ar); float32 runs need equality, bfloat16 differences are judged by
+    xvocab.checks.ties."""
+    from xvocab.checks import ties
 
     dtype = rows[0]["settings"]["dtype"]
     ar = {(r["prompt"], _group(r)): r for r in rows if r["variant"] == "ar"}
@@ -455,12 +461,13 @@ def _verdicts(rows: list[dict], out: Path) -> dict:
 
 
 def _judge(settings: dict):
-    """prompt task id -> logits_at for xvocab.ties.classify (None where no float32 copy fits: "unjudged"): the
-    target's bfloat16 weights read in float32, through xvocab.ties.Float32Judge (the runner's judge too)."""
+    """prompt task id -> logits_at for xvocab.checks.ties.classify (None where no float32 copy fits: "unjudged"): the
+    target's bfloat16 weights read in float32, through xvocab.checks.ties.Float32Judge (the runner's judge too)."""
     import torch
 
-    from xvocab import ties, zoo
-    from xvocab.roles import prompt_ids
+    from xvocab import zoo
+    from xvocab.alignment.roles import prompt_ids
+    from xvocab.checks import ties
 
     model, tok = zoo.model(settings["target"], dtype=torch.bfloat16, device="cpu")
     judge = ties.Float32Judge(model)

@@ -2,9 +2,9 @@
 use, side by side. Run it with the vLLM environment's Python (make vllm-setup), LD_PRELOAD as vLLM runs.
 
 What: for each draft, two copies of the model held at once, one on torch's stock layers (float32 on
-xvocab.packed_linear) and one on vLLM's CPU GEMM kernels (xvocab.vllm.kernels, bfloat16/float16 only), each in an
-xvocab BatchDecoder as the proposer runs it (one row, the cache spanning the context). Each copy reads the same
-HumanEval prompt and then decodes greedily one token per forward; rounds alternate which copy goes first, so a
+xvocab.runtime.packed_linear) and one on vLLM's CPU GEMM kernels (xvocab.vllm.kernels, bfloat16/float16 only), each in
+an xvocab BatchDecoder as the proposer runs it (one row, the cache spanning the context). Each copy reads the same
+HumanEval prompt and then decodes greedily one token per forward; rounds rotate which copy goes first (experiments.sidebyside), so a
 machine that drifts moves both alike. Prints and writes (OUT/draft_speed.md and .jsonl, atomically) the median
 milliseconds per one-token forward per kernel and their ratio, with the CPU.
 
@@ -22,11 +22,13 @@ import statistics
 import time
 from pathlib import Path
 
+from experiments import sidebyside
+
 
 def _decoders(name: str, dtype: str) -> dict:
     """{kernel: (BatchDecoder, tokenizer)} for the kernels that apply to `dtype` here."""
     from xvocab import zoo
-    from xvocab.batch_kv import BatchDecoder
+    from xvocab.runtime.batch_kv import BatchDecoder
     from xvocab.vllm.kernels import NotAvailable, use_vllm_linears
 
     out = {}
@@ -69,7 +71,8 @@ def main(argv=None) -> None:
 def run(args) -> list[dict]:
     import torch
 
-    from xvocab import records, zoo
+    from xvocab import zoo
+    from xvocab.measure import records
 
     torch.set_num_threads(args.threads)
     prompts = [p["prompt"] for p in zoo.dataset("humaneval")[: args.rounds]]
@@ -81,7 +84,7 @@ def run(args) -> list[dict]:
         seconds = {kernel: [] for kernel in decoders}
         same = 0
         for r, prompt in enumerate(prompts):
-            order = list(decoders) if r % 2 == 0 else list(decoders)[::-1]
+            order = sidebyside.rotated(r, list(decoders))
             chosen = {}
             for kernel in order:
                 dec, tok = decoders[kernel]

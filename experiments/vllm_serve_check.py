@@ -43,7 +43,7 @@ def main(argv=None) -> int:
     import openai
 
     import xvocab
-    from xvocab import records
+    from xvocab.measure import records
     from xvocab.zoo.serving import serving_dir
     from xvocab.zoo.tiny import servable_pair
 

@@ -36,7 +36,7 @@ def compare(target_name: str, draft_name: str) -> dict:
 
     from xvocab import zoo
     from xvocab.alignment.intersection import NO_TOKEN, intersection
-    from xvocab.tokens import codec
+    from xvocab.alignment.tokens import codec
 
     tt, dt = zoo.tokenizer(target_name), zoo.tokenizer(draft_name)
     t_bytes, d_bytes = codec(tt).token_bytes, codec(dt).token_bytes
@@ -77,7 +77,7 @@ def main(argv=None) -> int:
     parser.add_argument("--pairs", nargs="*", help="TARGET:DRAFT zoo names (default: the module's PAIRS)")
     parser.add_argument("--out", default="runs/vllm_vocab")
     args = parser.parse_args(argv)
-    from xvocab import records
+    from xvocab.measure import records
 
     pairs = [tuple(p.split(":", 1)) for p in args.pairs] if args.pairs else PAIRS
     rows = [compare(t, d) for t, d in pairs]

@@ -1,5 +1,6 @@
 """Helpers shared by the test modules: tiny mirrored pairs over real tokenizers, resized heads, made-up policy
-costs. The exact-reference chi-square every sampled-sequence test uses is xvocab.lossless (one place for its rule)."""
+costs. The exact-reference chi-square every sampled-sequence test uses is xvocab.checks.lossless (one place for its
+rule)."""
 from __future__ import annotations
 
 import copy
@@ -8,7 +9,7 @@ import torch
 
 import xvocab
 from xvocab import algorithms
-from xvocab.policy import Costs, Policy
+from xvocab.measure.policy import Costs, Policy
 from xvocab.zoo.tiny import mirror_model
 
 # The suites' algorithm lists, from the registry (a new algorithm joins every suite that runs these).
@@ -52,7 +53,8 @@ def resized(model, n_rows, seed=0):
 
 
 def policy_costs(draft_s, target_s, k=4, sizes=(1, 4)):
-    """Made-up xvocab.policy.Costs: draft and target seconds growing with the batch size and the target's tokens."""
+    """Made-up xvocab.measure.policy.Costs: draft and target seconds growing with the batch size and the target's
+    tokens."""
     return Costs(draft={b: draft_s * b ** 0.5 for b in sizes},
                  target={b: {n: target_s * (1 + 0.1 * n) * b ** 0.5 for n in range(1, k + 2)} for b in sizes})
 
@@ -65,12 +67,12 @@ def flipping_policy() -> Policy:
 # ------------------------------------------------------------------ host <-> device traffic, counted on the CPU
 
 class TransferCounter(torch.overrides.TorchFunctionMode):
-    """Counts, on the CPU, every call that would block the host on CUDA (xvocab.host):
+    """Counts, on the CPU, every call that would block the host on CUDA (xvocab.runtime.host):
 
-    * reads: xvocab.host.read / argmax_ids, one each (the tensor operations inside them are that read);
+    * reads: xvocab.runtime.host.read / argmax_ids, one each (the tensor operations inside them are that read);
     * stray: any other read of a tensor's values (item, tolist, bool, int, float, index, numpy, cpu), an upload of
       Python data (torch.tensor / as_tensor given a device) or indexing with a Python list (an index upload);
-    * replayed: stray calls inside xvocab.host.device_side(), which on CUDA is a graph replay: any there would
+    * replayed: stray calls inside xvocab.runtime.host.device_side(), which on CUDA is a graph replay: any there would
       break capture (and cannot happen at replay, so they are kept apart from the step's count).
 
     `marks` split the count into intervals: `mark(label)` closes the running interval under that label."""
@@ -87,14 +89,14 @@ class TransferCounter(torch.overrides.TorchFunctionMode):
         self._reads0 = self._open = 0
 
     def __enter__(self):
-        from xvocab import host
+        from xvocab.runtime import host
 
         self._reads0 = host.STATE.reads
         return super().__enter__()
 
     @property
     def reads(self) -> int:
-        from xvocab import host
+        from xvocab.runtime import host
 
         return host.STATE.reads - self._reads0
 
@@ -107,7 +109,7 @@ class TransferCounter(torch.overrides.TorchFunctionMode):
         self._open = self.blocking
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        from xvocab import host
+        from xvocab.runtime import host
 
         kwargs = kwargs or {}
         if not host.STATE.reading:
@@ -137,7 +139,7 @@ def count_transfers(monkeypatch) -> TransferCounter:
     interval labelled "fixed" is one fixed-shape step (a graph replay on CUDA), "wide" one wider step (a
     prompt's prefill, run eagerly everywhere), "between" what happened since the previous step (a drafter
     reading its token, a verification reading the target's choices, the host's own work)."""
-    from xvocab.batch_kv import BatchDecoder
+    from xvocab.runtime.batch_kv import BatchDecoder
 
     counter = TransferCounter()
     step, fixed = BatchDecoder.step, BatchDecoder._fixed

@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 
 import xvocab
 from xvocab.alignment import NO_TOKEN, Stream, intersection, reference_sync, sync
+from xvocab.alignment.tokens import codec, token_bytes
 from xvocab.alignment.translate import complete_utf8, propose
-from xvocab.tokens import codec, token_bytes
 
 NAMES = xvocab.zoo.tokenizer_names()
 # Byte-level and SentencePiece both ways, large and small vocabularies.
@@ -146,7 +146,7 @@ def test_a_literal_space_marker_is_spelled_exactly(name):
 
 
 def test_lossy_vocabulary_is_reported_not_silently_dropped():
-    from xvocab.tokens import UnrepresentableTextError
+    from xvocab.alignment.tokens import UnrepresentableTextError
 
     c = codec(xvocab.zoo.tokenizer("falcon"))  # has no token for the byte 0x1E
     assert 0x1E in c.missing_bytes and not codec(xvocab.zoo.tokenizer("gpt-2")).missing_bytes
@@ -238,7 +238,7 @@ def test_aligned_encoding_spells_the_text_in_the_targets_cuts(target, draft):
     from xvocab.alignment.aligned import aligned_codec
 
     tt, dt = xvocab.zoo.tokenizer(target), xvocab.zoo.tokenizer(draft)
-    a, t_c = aligned_codec(tt, dt), codec(tt)
+    a, t_c = aligned_codec(codec(tt), codec(dt)), codec(tt)
     t2d = intersection(tt, dt).target_to_draft.tolist()
     assert a.token_bytes == codec(dt).token_bytes  # draft ids: the draft model reads them unchanged
 
@@ -268,7 +268,7 @@ def test_aligned_invariant_check_fails_on_the_native_encoding():
 def test_fast_sync_equals_reference_with_the_aligned_encoding(name):
     from xvocab.alignment.aligned import aligned_codec
 
-    c = aligned_codec(xvocab.zoo.tokenizer("gemma-4"), xvocab.zoo.tokenizer(name))
+    c = aligned_codec(codec(xvocab.zoo.tokenizer("gemma-4")), codec(xvocab.zoo.tokenizer(name)))
 
     @SETTINGS
     @given(TEXT, TEXT, st.integers(0, 40))
@@ -284,8 +284,8 @@ def test_fast_sync_equals_reference_with_the_aligned_encoding(name):
 
 
 def test_cut_agreement_counts_what_the_aligned_encoding_fixes():
-    from xvocab.alignment.aligned import cut_agreement
     from experiments.pair_report import main as pair_report
+    from xvocab.alignment.aligned import cut_agreement
 
     code = ["def f(x):\n    return x + 1\n", "    if a:\n        b = [1, 2]\n"]
     r = cut_agreement(xvocab.zoo.tokenizer("gemma-4"), xvocab.zoo.tokenizer("deepseek-coder"), code)

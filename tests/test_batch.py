@@ -1,4 +1,5 @@
-"""Batches (xvocab.batch, xvocab.batch_kv): each row of `generate_batch` is what `generate` gives its prompt alone.
+"""Batches (xvocab.decode.batch, xvocab.runtime.batch_kv): each row of `generate_batch` is what `generate` gives its
+prompt alone.
 
 * BatchDecoder: ragged rows, rolled back independently, across a sliding window, give the logits of a
   Decoder fed each row alone; a mask that ignores the window (the negative control) does not.
@@ -15,11 +16,11 @@ from _support import ALL, flipping_policy, mirrored_pairs, policy_costs
 
 import xvocab
 from xvocab import generate, generate_batch
-from xvocab.batch_kv import BatchDecoder
+from xvocab.alignment.roles import prompt_ids
 from xvocab.errors import ConfigError
-from xvocab.kv import Decoder
-from xvocab.policy import Policy, expected_tokens
-from xvocab.roles import prompt_ids
+from xvocab.measure.policy import Policy, expected_tokens
+from xvocab.runtime.batch_kv import BatchDecoder
+from xvocab.runtime.kv import Decoder
 from xvocab.zoo.tiny import mirror_model
 
 PAIRS = [("qwen2", "qwen35"), ("starcoder", "refact"), ("llama-spm", "mistral-v1"), ("gemma-4", "gpt-2")]

@@ -1,4 +1,4 @@
-"""Coupled exact match (xvocab.coupling): SLEM's draft and the target's samples race on shared noise.
+"""Coupled exact match (xvocab.verification.coupling): SLEM's draft and the target's samples race on shared noise.
 
 * The tape: values independent of the order positions are asked in; released positions refuse.
 * The race samples p (chi-square), and `agreement`'s closed form matches simulation.
@@ -21,9 +21,9 @@ from _support import drafting, flipping_policy, mirrored_pairs
 import xvocab
 from xvocab import generate, generate_batch
 from xvocab.alignment.tables import DraftIds
-from xvocab.coupling import NoiseTape, agreement, agreement_dense, draft_noise, race
+from xvocab.checks.lossless import chi_square_pvalue
 from xvocab.errors import ConfigError
-from xvocab.lossless import chi_square_pvalue
+from xvocab.verification.coupling import NoiseTape, agreement, agreement_dense, draft_noise, race
 
 PAIRS = [("starcoder", "refact"), ("llama-spm", "mistral-v1")]
 PROMPTS = ["def fibonacci(n):", "x = [1, 2,", "The quick brown fox"]

@@ -36,7 +36,7 @@ def test_cuda_greedy_equals_ar_and_sampling_is_seeded(alg):
     assert c != a, "another seed gave the same 24 sampled tokens: the seed does not reach the sampler"
 
 
-# ------------------------------------------------------------------ the graph path (xvocab.batch_kv, graphs=True)
+# ---------------------------------------------------------- the graph path (xvocab.runtime.batch_kv, graphs=True)
 
 
 def _sliding_gemma(dtype):
@@ -61,7 +61,7 @@ def test_graph_replays_equal_eager_before_and_after_rollback_across_the_window()
     bit equality is asked of the third call, whose feed is the second's."""
     import torch
 
-    from xvocab.batch_kv import BatchDecoder
+    from xvocab.runtime.batch_kv import BatchDecoder
 
     model, _ = _sliding_gemma(torch.float32)
     gen = torch.Generator().manual_seed(0)
@@ -110,7 +110,7 @@ def test_batched_graph_rows_equal_generate_alone_through_one_pool(alg):
     """Continuous batching on the graph path (3 slots, 4 prompts: a finished row's slot is reused), through one
     DecoderPool kept across two calls (graphs captured by the first are replayed by the second): every row is
     what `generate` gives it alone, greedy."""
-    from xvocab.batch_kv import DecoderPool
+    from xvocab.runtime.batch_kv import DecoderPool
 
     target, tt, draft, dt = _pair()
     prompts = ["def f(x):", "The quick brown fox", "import os\n", "class A:\n    def"]
@@ -124,7 +124,8 @@ def test_batched_graph_rows_equal_generate_alone_through_one_pool(alg):
 
 @pytest.mark.gpu
 def test_graph_greedy_in_bf16_differs_only_at_near_ties():
-    """bf16 policy (CONTRIBUTING.md, GPU sessions; xvocab.ties): the graph path's greedy output equals the eager one, or first differs where the
+    """bf16 policy (CONTRIBUTING.md, GPU sessions; xvocab.checks.ties): the graph path's greedy output equals the eager
+    one, or first differs where the
     top two logits are a tie at bf16 precision: within NEAR_TIE_ULPS bf16 spacings at the top logit's magnitude,
     measured in float32 over the same weights (a bf16 forward's own margin is off by as much; the first CPU dry
     run met a bf16 margin of 1.0 whose float32 margin was 0.49, at logits near 69 where bf16's spacing is 0.5).
@@ -134,7 +135,7 @@ def test_graph_greedy_in_bf16_differs_only_at_near_ties():
 
     import torch
 
-    from xvocab.roles import prompt_ids
+    from xvocab.alignment.roles import prompt_ids
 
     near_tie_ulps = 2
     model, tok = _sliding_gemma(torch.bfloat16)

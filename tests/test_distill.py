@@ -8,10 +8,19 @@ import torch
 from xvocab import zoo
 from xvocab.alignment.aligned import aligned_codec
 from xvocab.alignment.intersection import intersection
-from xvocab.drafter.distill import (NOWHERE, argmax_labels, divergence, divergence_reference, document, first_piece_map,
-                                    greedy_agreement, pieces)
+from xvocab.alignment.roles import prompt_ids
+from xvocab.alignment.tokens import codec
+from xvocab.drafter.distill import (
+    NOWHERE,
+    argmax_labels,
+    divergence,
+    divergence_reference,
+    document,
+    first_piece_map,
+    greedy_agreement,
+    pieces,
+)
 from xvocab.drafter.student import Distill, StudentShape, _accumulate, batch_rows, build_student
-from xvocab.roles import prompt_ids
 
 
 def _case(seed: int, m: int = 5, k: int = 6, V: int = 20):
@@ -119,7 +128,7 @@ def test_gradients_are_finite_when_every_id_is_recorded():
 @pytest.fixture(scope="module")
 def gemma_deepseek():
     target, draft = zoo.tokenizer("gemma-3-270m"), zoo.tokenizer("deepseek-coder")
-    return target, draft, aligned_codec(target, draft)
+    return target, draft, aligned_codec(codec(target), codec(draft))
 
 
 def test_documents_put_each_target_distribution_where_the_draft_predicts_that_token(gemma_deepseek):

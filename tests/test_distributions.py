@@ -18,7 +18,7 @@ n sampled sequences from `xvocab.generate` (and, for one case per algorithm and 
 
 Negative controls, one per algorithm, each a bug that once existed somewhere:
 * slem: accept the draft's token without the target's own draw (accept every proposal); coupled slem
-  (coupling="gumbel", xvocab.coupling): the target's race written as argmax p E instead of p / E;
+  (coupling="gumbel", xvocab.verification.coupling): the target's race written as argmax p E instead of p / E;
 * tli: the draft's distribution restricted to the intersection but not renormalized;
 * slrs: q(d) of the drawn draft token used in place of psi(t), the mass of all draft tokens
   whose first target token is t. On the mirrored pairs the draft's candidates inside the target's
@@ -38,10 +38,12 @@ from _support import CROSS, flipping_policy, resized
 from scipy.stats import chi2, ncx2
 
 import xvocab
-from xvocab import algorithms, engine, rounds
+from xvocab import algorithms
 from xvocab.algorithms.common import Proposal
-from xvocab.lossless import ALPHA, N, PROMPT, SETTINGS, TOKENS, exact_distribution, sampled_pvalue
-from xvocab.sampling import logits_to_probs
+from xvocab.alignment.tokens import codec
+from xvocab.checks.lossless import ALPHA, PROMPT, SETTINGS, TOKENS, N, exact_distribution, sampled_pvalue
+from xvocab.decode import rounds
+from xvocab.verification.sampling import logits_to_probs
 from xvocab.zoo.tiny import biased_pair, mirror_model
 
 # (target tokenizer, draft tokenizer, extra target head rows): vocabularies with missing bytes (starcoder,
@@ -83,7 +85,7 @@ def _splitting(draft, tt, dt, scale=1.0):
     from xvocab.alignment.tables import pair_tables
 
     n = draft.get_output_embeddings().weight.shape[0]
-    first = pair_tables(tt, dt, len(tt), n).slrs.to_target           # [V_draft] first target token
+    first = pair_tables(codec(tt), codec(dt), len(tt), n).slrs.to_target           # [V_draft] first target token
     t2d = intersection(tt, dt).target_to_draft                        # [V_target]
     d2t = intersection(tt, dt).draft_to_target
     outside = (torch.arange(n) < len(d2t)) & (first != NO_TOKEN)
@@ -108,7 +110,7 @@ def _psi_case(target, tt, draft, dt, big=1000.0):
 
     from xvocab.alignment.tables import pair_tables
 
-    first = pair_tables(tt, dt, len(tt), len(dt)).slrs.to_target.tolist()  # [V_draft] first target token
+    first = pair_tables(codec(tt), codec(dt), len(tt), len(dt)).slrs.to_target.tolist()  # [V_draft] first target token
     groups = collections.defaultdict(list)
     for d, t in enumerate(first):
         groups[t].append(d)
@@ -243,7 +245,7 @@ def test_each_negative_control_is_rejected(cases, alg, monkeypatch):
     assert sampled_pvalue(cases[case], alg, SETTINGS["T1-top_k3"]) < ALPHA
 
 
-# Through xvocab.batch: one case per algorithm and every negative control (tli's by default).
+# Through xvocab.decode.batch: one case per algorithm and every negative control (tli's by default).
 BATCHED = [("slem", "starcoder<-refact"), ("tli", "llama-spm<-gpt-2"), ("slrs", "psi"), ("sd", "gpt-2+96/+0")]
 BATCHED_DEFAULT = ("tli",)
 
@@ -271,7 +273,7 @@ def test_a_draft_window_changes_no_distribution(cases, alg, case):
 
 
 def test_sampled_sequences_follow_the_target_whatever_the_policy_chooses(cases):
-    """k swinging between 0, short and long drafts round by round (xvocab.policy) changes no distribution."""
+    """k swinging between 0, short and long drafts round by round (xvocab.measure.policy) changes no distribution."""
     assert sampled_pvalue(cases["llama-spm<-gpt-2"], "tli", SETTINGS["T1-top_k3"], k=4, batch=50,
                           policy=flipping_policy) > ALPHA
 
@@ -289,7 +291,7 @@ def test_each_negative_control_is_rejected_through_the_batched_path(cases, alg, 
                                                  pytest.param("llama-spm<-gpt-2", "T0.7-top_p0.95", 50,
                                                               marks=pytest.mark.slow)])
 def test_coupled_slem_follows_the_target(cases, case, setting, batch):
-    """coupling="gumbel" (xvocab.coupling): the target samples each position as a race on that position's
+    """coupling="gumbel" (xvocab.verification.coupling): the target samples each position as a race on that position's
     noise, which the draft read too."""
     assert sampled_pvalue(cases[case], "slem", SETTINGS[setting], batch=batch, coupling="gumbel") > ALPHA
 
@@ -299,7 +301,7 @@ def test_coupled_slem_with_the_race_written_as_a_product_is_rejected(cases, monk
     instead of log p + G) is a flatter law than p, and fails the same test (at T = 0.7 with top-p, where the
     tiny target's distributions are peaked enough to tell; its top-3 at T = 1 are near uniform, and there the
     two laws nearly agree)."""
-    from xvocab import verify
+    from xvocab.verification import verify
 
     monkeypatch.setattr(verify, "race", lambda probs, noise: int((probs.float() * noise).argmax()))
     assert sampled_pvalue(cases["starcoder<-refact"], "slem", SETTINGS["T0.7-top_p0.95"], coupling="gumbel") < ALPHA

@@ -8,12 +8,19 @@ import pytest
 import torch
 
 from xvocab import generate, zoo
+from xvocab.alignment.roles import prompt_ids
 from xvocab.drafter import code_prompts, generate_teacher_text, read_teacher_text
-from xvocab.drafter.student import (StudentShape, batch_rows, build_student, encode_documents, lr_schedule, save_student,
-                                    train_student)
+from xvocab.drafter.student import (
+    StudentShape,
+    batch_rows,
+    build_student,
+    encode_documents,
+    lr_schedule,
+    save_student,
+    train_student,
+)
 from xvocab.drafter.teacher import continue_batch
 from xvocab.errors import ConfigError
-from xvocab.roles import prompt_ids
 
 
 def test_prompts_are_humaneval_style_deterministic_and_exclude_the_evaluation_set():
@@ -169,13 +176,13 @@ def test_scoring_gives_the_targets_own_distributions_and_reproduces_the_teachers
 
 def test_onpolicy_shards_hold_the_drafters_text_scored_by_the_target_and_resume(tiny_target, tmp_path):
     from xvocab.alignment.aligned import aligned_codec
+    from xvocab.alignment.tokens import codec
     from xvocab.drafter.onpolicy import generate_onpolicy_data, score_batch
-    from xvocab.tokens import codec
 
     target, tok = tiny_target
     draft_tok = zoo.tokenizer("deepseek-coder")
     drafter = build_student(draft_tok, StudentShape(1, 32, 64, 2), seed=0).eval()
-    aligned = aligned_codec(tok, draft_tok)
+    aligned = aligned_codec(codec(tok), codec(draft_tok))
     prompts = [{"id": str(i), "prompt": f"def f{i}(x):\n    return"} for i in range(5)]
     kw = dict(batch_size=2, max_new_tokens=6, temperature=1.0, seed=1, top_k=3, meta={"t": "tiny"})
     generate_onpolicy_data(drafter, draft_tok, aligned, target, tok, prompts, tmp_path, **kw)
@@ -202,9 +209,9 @@ def test_scored_teacher_text_holds_the_first_sources_rows_with_the_targets_own_d
     """stage=score (xvocab.drafter.rescore): shard i holds the rows of the first source that has it, each scored
     as the target scores that row alone; the target's own greedy text is its own top choice, another writer's is
     not everywhere (the control); a deleted shard is rewritten the same; prompts cut differently are refused."""
+    from xvocab.alignment.tokens import codec
     from xvocab.drafter.onpolicy import score_batch
     from xvocab.drafter.rescore import score_teacher_text
-    from xvocab.tokens import codec
 
     target, tok = tiny_target
     writer = zoo.tiny_model(tok, seed=4)  # another model over the target's vocabulary writes most of the text

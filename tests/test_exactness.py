@@ -11,15 +11,21 @@ from _support import CROSS, mirrored_pairs
 from scipy.stats import chisquare
 
 import xvocab
-from xvocab import rounds
 from xvocab.alignment.intersection import NO_TOKEN
+from xvocab.alignment.roles import prompt_ids
 from xvocab.alignment.tables import pair_tables, same_vocabulary
-from xvocab.engine import generate
-from xvocab.lossless import chi_square_pvalue, exact_distribution
-from xvocab.roles import prompt_ids
-from xvocab.sampling import SamplingParams, logits_to_probs, sample
-from xvocab.verify import (exact_match_verify, exact_match_verify_reference, greedy_verify, rejection_verify,
-                           rejection_verify_rows)
+from xvocab.alignment.tokens import codec
+from xvocab.checks.lossless import chi_square_pvalue, exact_distribution
+from xvocab.decode import rounds
+from xvocab.decode.engine import generate
+from xvocab.verification.sampling import SamplingParams, logits_to_probs, sample
+from xvocab.verification.verify import (
+    exact_match_verify,
+    exact_match_verify_reference,
+    greedy_verify,
+    rejection_verify,
+    rejection_verify_rows,
+)
 from xvocab.zoo.tiny import GREEDY_BIAS, biased_pair, mirror_model
 
 # Byte-level / SentencePiece both ways, large / small vocabularies.
@@ -85,8 +91,9 @@ def test_greedy_equals_ar_with_the_target_aligned_draft_encoding(tiny_pairs, pai
 def test_draft_encoding_comes_from_the_drafters_config(tiny_pairs, monkeypatch):
     target, tt, draft, dt = tiny_pairs["gpt-2", "mpt"]
     seen = []
-    real = xvocab.pair.draft_codec  # the pair is prepared, draft encoding included, in xvocab.pair
-    monkeypatch.setattr(xvocab.pair, "draft_codec", lambda t, d, encoding: seen.append(encoding) or real(t, d, encoding))
+    real = xvocab.decode.pair.draft_codec  # the pair is prepared, draft encoding included, in xvocab.decode.pair
+    monkeypatch.setattr(xvocab.decode.pair, "draft_codec",
+                        lambda t, d, encoding: seen.append(encoding) or real(t, d, encoding))
     kw = dict(target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt, max_new_tokens=2)
     generate("x", **kw)
     monkeypatch.setattr(draft.config, "xvocab_draft_encoding", "aligned", raising=False)
@@ -109,8 +116,8 @@ def test_draft_that_cannot_spell_the_text_still_decodes_exactly():
         target.lm_head.bias[ctrl] = 30.0  # the target emits byte 0x04 often, which falcon cannot spell
     prompt = "def f(x):"
     ref = generate(prompt, target=target, target_tokenizer=tt, algorithm="ar", max_new_tokens=24)
-    assert b"\x04" in xvocab.tokens.codec(tt).bytes_of(ref.token_ids)
-    assert 0x04 in xvocab.tokens.codec(dt).missing_bytes
+    assert b"\x04" in xvocab.alignment.tokens.codec(tt).bytes_of(ref.token_ids)
+    assert 0x04 in xvocab.alignment.tokens.codec(dt).missing_bytes
     for alg in CROSS:
         out = generate(prompt, target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt,
                        algorithm=alg, k=4, max_new_tokens=24)
@@ -153,8 +160,8 @@ def test_a_draft_window_changes_what_the_draft_reads_not_the_output(tiny_pairs, 
 
 
 def test_a_draft_window_keeps_the_special_prefix_and_the_last_ids(tiny_pairs):
-    from xvocab.pair import prepare
-    from xvocab.roles import special_prefix
+    from xvocab.alignment.roles import special_prefix
+    from xvocab.decode.pair import prepare
 
     target, tt, draft, dt = tiny_pairs["llama-spm", "mistral-v1"]
     pair = prepare(target, tt, draft, dt, algorithm="slem")
@@ -173,7 +180,7 @@ def test_greedy_pairs_exercise_acceptance(tiny_pairs):
     for alg in CROSS:
         out = generate(PROMPTS[0], target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt,
                        algorithm=alg, k=4, max_new_tokens=24)
-        assert not same_vocabulary(tt, dt)
+        assert not same_vocabulary(codec(tt), codec(dt))
         assert out.stats.tau > 1.5, alg
 
 
@@ -216,7 +223,7 @@ def test_fast_verifiers_equal_references_draw_for_draw():
 
 def test_verifiers_on_rows_formed_on_demand_equal_the_whole_matrix():
     """On a CPU the engine hands the verifiers ProbRows; same draws and generator state as full probs."""
-    from xvocab.sampling import ProbRows
+    from xvocab.verification.sampling import ProbRows
 
     gen = torch.Generator().manual_seed(3)
     for trial, params in enumerate([SamplingParams(1.0), SamplingParams(0.7, top_k=5), SamplingParams(1.3, top_p=0.8)]
@@ -395,7 +402,7 @@ def test_top_k_top_p_processing():
 
 def _first_step_acceptance(target, tt, draft, dt, alg, params):
     """Exact P(first proposal accepted) = sum_t min(p(t), r(t)), r = q~ (TLI) or psi (SLRS)."""
-    tables = pair_tables(tt, dt, target.get_output_embeddings().weight.shape[0],
+    tables = pair_tables(codec(tt), codec(dt), target.get_output_embeddings().weight.shape[0],
                                 draft.get_output_embeddings().weight.shape[0])
     with torch.no_grad():
         p = logits_to_probs(target(torch.tensor([prompt_ids(tt, PROMPTS[0])])).logits[0, -1], params)
@@ -432,7 +439,7 @@ def _draw_counts(sampler, probs, n, seed):
 def test_fast_sampler_matches_the_exponential_race_in_distribution():
     """The CDF sampler and the reference both follow probs (chi-square at ALPHA each, 40k draws,
     31 non-zero bins); a sampler off by one token (a classic CDF bug) is rejected by the same test."""
-    from xvocab.sampling import sample_reference
+    from xvocab.verification.sampling import sample_reference
 
     gen = torch.Generator().manual_seed(5)
     probs = torch.rand(40, generator=gen) ** 3
@@ -465,7 +472,7 @@ def test_fast_sampler_is_exact_on_unnormalized_and_batched_rows():
 # ------------------------------------------------------------------ fast paths against their plain forms
 
 def test_fast_argmax_is_torch_argmax_with_ties_nan_and_infinities():
-    from xvocab.sampling import argmax
+    from xvocab.verification.sampling import argmax
 
     gen = torch.Generator().manual_seed(0)
     x = torch.randint(0, 4, (64, 50), generator=gen).float()  # many ties
@@ -481,7 +488,7 @@ def test_fast_argmax_is_torch_argmax_with_ties_nan_and_infinities():
 def test_draft_ids_bias_and_push_equal_masking(tiny_pairs):
     """DraftIds restricts by adding a bias and pushes by index lists; the masked forms are the definition."""
     target, tt, draft, dt = tiny_pairs["starcoder", "refact"]
-    tables = pair_tables(tt, dt, target.get_output_embeddings().weight.shape[0],
+    tables = pair_tables(codec(tt), codec(dt), target.get_output_embeddings().weight.shape[0],
                                 draft.get_output_embeddings().weight.shape[0])
     logits = torch.randn(len(tables.tli.to_target), generator=torch.Generator().manual_seed(1))
     for ids in (tables.tli, tables.slrs):

@@ -10,8 +10,9 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from experiments import report, run
-from xvocab import algorithms, defaults, records
+from xvocab import algorithms, defaults
 from xvocab.errors import ConfigError
+from xvocab.measure import records
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "conf"
@@ -297,8 +298,9 @@ def test_report_puts_the_reference_beside_a_run_and_says_where_and_when(tmp_path
 def test_forward_costs_are_measured_on_a_warm_cache(monkeypatch):
     """forward_ms times forwards of exactly `new_tokens` positions after `context` cached ones (never a prefill),
     warm-up included and cropped back after each; the ratios and bounds are the paper's."""
-    from xvocab import cost, zoo
-    from xvocab.kv import Decoder
+    from xvocab import zoo
+    from xvocab.measure import cost
+    from xvocab.runtime.kv import Decoder
 
     tok = zoo.tokenizer("gpt-2")
     model = zoo.tiny_model(tok, n_layers=1, hidden_size=32)
@@ -323,10 +325,10 @@ def test_forward_costs_are_measured_on_a_warm_cache(monkeypatch):
 
 
 def test_unloadable_dataset_says_which_work_offline(monkeypatch):
+    import datasets as hf_datasets
+
     from experiments import datasets
     from xvocab.errors import ConfigError
-
-    import datasets as hf_datasets
 
     def no_hub(*args, **kwargs):  # what load_dataset raises without hub access (without waiting for timeouts)
         raise ConnectionError("Couldn't reach 'cnn_dailymail' on the Hub (LocalEntryNotFoundError)")
@@ -440,7 +442,7 @@ def test_expected_acceptance_tells_a_mirror_from_a_stranger():
 
     from experiments.expected_acceptance import expected_acceptance
     from xvocab import zoo
-    from xvocab.sampling import SamplingParams
+    from xvocab.verification.sampling import SamplingParams
     from xvocab.zoo.tiny import mirror_model
 
     tt, dt = zoo.tokenizer("starcoder"), zoo.tokenizer("refact")
@@ -642,7 +644,7 @@ def test_the_lossless_sweep_passes_and_fails_when_verification_is_wrong(monkeypa
     """experiments.lossless_sweep on one pair: no failure with the real engine (both drafts, the biased one accepted);
     with a verifier that accepts every proposal (the control), it reports failures and exits 1."""
     from experiments import lossless_sweep
-    from xvocab import rounds
+    from xvocab.decode import rounds
 
     monkeypatch.setattr(lossless_sweep, "PROMPTS", lossless_sweep.PROMPTS[:3])
     args = ["--families", "gpt-2", "--offsets", "1", "--max-new-tokens", "8"]

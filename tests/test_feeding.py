@@ -2,7 +2,7 @@
 
 A verification of n proposals feeds n + 1 positions (the pending target token and the proposals):
 the accepted ones stay in the target's cache for the next step. Before this was enforced by
-`xvocab.kv.Decoder`, the engine cropped the accepted proposals away and re-fed them (10, 9, 9, ...
+`xvocab.runtime.kv.Decoder`, the engine cropped the accepted proposals away and re-fed them (10, 9, 9, ...
 positions per forward at k = 4 where 10, 5, 5, ... is right); outputs were unchanged, cost was not.
 """
 import pytest
@@ -10,10 +10,10 @@ import torch
 from _support import CROSS, mirrored_pairs
 
 import xvocab
-from xvocab import kv
+from xvocab.alignment.roles import prompt_ids
 from xvocab.alignment.translate import common_prefix_length
-from xvocab.engine import generate
-from xvocab.roles import prompt_ids
+from xvocab.decode.engine import generate
+from xvocab.runtime import kv
 
 PAIRS = [("starcoder", "refact"), ("llama-spm", "mistral-v1"), ("qwen2", "qwen35")]  # pairs whose mirrors accept
 PROMPT = "def fibonacci(n):"

@@ -1,4 +1,4 @@
-"""The graph path's traffic with the host, counted on the CPU (xvocab.host; _support.TransferCounter).
+"""The graph path's traffic with the host, counted on the CPU (xvocab.runtime.host; _support.TransferCounter).
 
 On CUDA every read of a device value, every upload from pageable memory and every index by a Python list
 blocks the host: each costs about what a whole replayed drafter step does. The graph path must block once per
@@ -11,8 +11,8 @@ import torch
 from _support import count_transfers, mirrored_pairs
 
 import xvocab
-from xvocab import rounds
-from xvocab.batch_kv import BUCKETS, BatchDecoder, DecoderPool
+from xvocab.decode import rounds
+from xvocab.runtime.batch_kv import BUCKETS, BatchDecoder, DecoderPool
 
 PAIRS = [("starcoder", "refact"), ("qwen2", "llama-bpe")]
 
@@ -124,7 +124,7 @@ def test_growing_the_cache_drops_the_graphs_and_their_pool(pairs):
 def test_decoders_kept_between_calls_change_no_output(pairs, alg):
     """A DecoderPool hands the same decoders (and on CUDA their graphs) to every call: each call's output equals a
     call with fresh decoders, for prompts of other lengths, after capture_all, greedy and sampled alike."""
-    from xvocab.batch_kv import DecoderPool
+    from xvocab.runtime.batch_kv import DecoderPool
 
     model, tt, draft, dt = pairs[PAIRS[1]]
     kw = dict(target=model, target_tokenizer=tt, draft=draft, draft_tokenizer=dt, algorithm=alg, k=4,
@@ -147,8 +147,8 @@ def test_decoders_kept_between_calls_change_no_output(pairs, alg):
 
 
 def test_decoders_without_the_graph_cache_are_refused(pairs):
-    from xvocab.batch_kv import DecoderPool
     from xvocab.errors import ConfigError
+    from xvocab.runtime.batch_kv import DecoderPool
 
     model, tt, _, _ = pairs[PAIRS[0]]
     with pytest.raises(ConfigError, match="cache='graph'"):

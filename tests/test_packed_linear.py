@@ -4,9 +4,9 @@ import pytest
 import torch
 
 import xvocab
-from xvocab import kv
-from xvocab.engine import generate
-from xvocab.packed_linear import _LAYERS, enabled, packed_linears
+from xvocab.decode.engine import generate
+from xvocab.runtime import kv
+from xvocab.runtime.packed_linear import _LAYERS, enabled, packed_linears
 
 pytestmark = pytest.mark.skipif(not enabled(), reason="oneDNN or its linear ops are missing from this torch build")
 

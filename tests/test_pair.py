@@ -1,4 +1,4 @@
-"""The pair owns the tokenizers (xvocab.pair): both loops read them only through it, and whether the two
+"""The pair owns the tokenizers (xvocab.decode.pair): both loops read them only through it, and whether the two
 vocabularies are one is worked out once per call. Also: sd drafts as TLI does over one vocabulary, and both
 decoders grow a static cache by one rule."""
 from __future__ import annotations
@@ -7,8 +7,9 @@ import pytest
 from _support import ALL, drafting, mirrored_pairs
 
 import xvocab
-from xvocab import loop, pair
 from xvocab.alignment import tables
+from xvocab.alignment.tokens import codec
+from xvocab.decode import loop, pair
 
 PROMPT = "def add(a, b):\n    return"
 
@@ -22,7 +23,7 @@ class Poison:
     """A tokenizer stand-in that fails on any read: what a loop must never touch once the pair is prepared."""
 
     def __getattr__(self, name):
-        raise AssertionError(f"a decode loop read tokenizer.{name} outside xvocab.pair")
+        raise AssertionError(f"a decode loop read tokenizer.{name} outside xvocab.decode.pair")
 
 
 def _through_the_pair(monkeypatch, tt, dt):
@@ -49,9 +50,9 @@ def test_the_loops_read_the_tokenizers_only_through_the_pair(monkeypatch, cross,
 
 def test_the_poison_fails_where_a_tokenizer_is_read():
     """Control: a real read of the stand-in (what the loops did before the pair owned the prompt) fails."""
-    from xvocab.roles import prompt_ids
+    from xvocab.alignment.roles import prompt_ids
 
-    with pytest.raises(AssertionError, match="outside xvocab.pair"):
+    with pytest.raises(AssertionError, match="outside xvocab.decode.pair"):
         prompt_ids(Poison(), PROMPT)
 
 
@@ -76,7 +77,7 @@ def test_whether_the_vocabularies_are_one_is_worked_out_once_per_call(monkeypatc
     assert len(calls) == 1
     # Control: the tables alone, asked without the pair's answer, work it out again (the count can exceed one).
     tables.pair_tables.cache_clear()
-    tables.pair_tables(tt, dt, len(tt), len(dt))
+    tables.pair_tables(codec(tt), codec(dt), len(tt), len(dt))
     assert len(calls) == 2
 
 
@@ -87,7 +88,7 @@ def test_sd_is_tli_over_one_vocabulary(cross):
 
     assert DRAFTERS["sd"] is DRAFTERS["tli"]
     target, tt, _, _ = cross
-    t = tables.pair_tables(tt, tt, len(tt), len(tt))
+    t = tables.pair_tables(codec(tt), codec(tt), len(tt), len(tt))
     ids = t.tli.to_target_host
     assert all(ids[i] in (i, tables.NO_TOKEN) or i in t.roles for i in range(len(ids)))
     ar = xvocab.generate(PROMPT, target=target, target_tokenizer=tt, algorithm="ar", max_new_tokens=16)
@@ -105,11 +106,11 @@ def test_sd_refuses_two_vocabularies_by_name(cross):
 def test_both_decoders_grow_a_static_cache_by_one_rule(cross):
     """A cache sized too small grows (doubled, within the context) and keeps its states: greedy output is
     unchanged on both decoders. Control: the capacity did grow."""
-    from xvocab.batch_kv import BatchDecoder
-    from xvocab.kv import Decoder, grow_cache
+    from xvocab.runtime.batch_kv import BatchDecoder
+    from xvocab.runtime.kv import Decoder, grow_cache
 
     target, tt, _, _ = cross
-    ids = xvocab.roles.prompt_ids(tt, PROMPT)
+    ids = xvocab.alignment.roles.prompt_ids(tt, PROMPT)
     small, ref = Decoder(target, "static", 4), Decoder(target, "dynamic")
     rows = BatchDecoder(target, 1, capacity=4)
     for n in range(2, len(ids) + 1):

@@ -9,10 +9,10 @@ import pytest
 from _support import ALL, CROSS, mirrored_pairs
 
 import xvocab
-from xvocab import algorithms, engine
+from xvocab import algorithms
 from xvocab.alignment.tables import pair_tables
+from xvocab.decode.pair import prepare
 from xvocab.errors import ConfigError, VocabularyMismatchError
-from xvocab.pair import prepare
 
 ROOT = Path(__file__).resolve().parents[1]
 PAIR = ("llama-spm", "gpt-2")
@@ -104,3 +104,15 @@ def test_registering_refuses_a_taken_name_and_lookups_name_the_choices():
         algorithms.Algorithm("x", algorithms.DRAFTERS["tli"], verification="rejection", summary="", couples=True)
     with pytest.raises(ValueError, match="tables="):
         algorithms.Algorithm("x", algorithms.DRAFTERS["tli"], verification="rejection", summary="", tables=("psi",))
+
+
+def test_no_library_module_decides_by_an_algorithms_name(tmp_path):
+    """Every "which algorithms ..." question in xvocab/ reads the registry entry, none compares with a name written
+    out (the distillation losses are named after TLI and SLEM, not algorithms: xvocab.drafter). Control: a module that
+    compares `algorithm == "slem"` is found."""
+    from experiments.import_graph import name_comparisons
+
+    assert [m for m in name_comparisons(ROOT) if not m.startswith("xvocab.drafter.")] == []
+    (tmp_path / "xvocab").mkdir()
+    (tmp_path / "xvocab" / "planted.py").write_text('def f(algorithm):\n    return algorithm in ("tli", "slrs")\n')
+    assert name_comparisons(tmp_path) == ["xvocab.planted:2"]

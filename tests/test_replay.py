@@ -1,4 +1,4 @@
-"""xvocab.replay and experiments.replay_tau: a greedy run replayed against the target's recorded text makes the
+"""xvocab.checks.replay and experiments.replay_tau: a greedy run replayed against the target's recorded text makes the
 real run's every step (proposals, acceptances, target forwards), and a replay that leaves the recording fails."""
 import json
 
@@ -6,8 +6,8 @@ import pytest
 from _support import CROSS, mirrored_pairs
 
 from experiments import replay_tau
-from xvocab.engine import generate
-from xvocab.replay import ReplayMismatch, replay
+from xvocab.checks.replay import ReplayMismatch, replay
+from xvocab.decode.engine import generate
 from xvocab.zoo.tiny import tiny_model
 
 PAIRS = [("qwen2", "qwen35"), ("gpt-2", "mpt"), ("llama-spm", "mistral-v1")]

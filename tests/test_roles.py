@@ -11,11 +11,13 @@ import torch
 from _support import CROSS
 
 import xvocab
-from xvocab import algorithms, engine
+from xvocab import algorithms
 from xvocab.algorithms import Proposal
 from xvocab.alignment.intersection import NO_TOKEN
+from xvocab.alignment.roles import prompt_ids, special_prefix
 from xvocab.alignment.tables import pair_tables
-from xvocab.roles import prompt_ids, special_prefix
+from xvocab.alignment.tokens import codec
+from xvocab.decode import engine
 from xvocab.zoo.tiny import mirror_model
 
 ALGS = CROSS
@@ -46,7 +48,7 @@ def test_a_draft_whose_bos_is_its_eos_proposes_the_targets_eos():
     """GPT-2's one id 50256 is BOS and EOS; the intersection's role loop mapped it to the target's BOS."""
     tt, dt = xvocab.zoo.tokenizer("llama-spm"), xvocab.zoo.tokenizer("gpt-2")
     assert dt.bos_token_id == dt.eos_token_id and tt.bos_token_id != tt.eos_token_id
-    tables = pair_tables(tt, dt, len(tt), len(dt))
+    tables = pair_tables(codec(tt), codec(dt), len(tt), len(dt))
     for ids in (tables.tli, tables.slrs):
         assert ids.to_target_host[dt.eos_token_id] == tt.eos_token_id
     assert tables.roles == {dt.eos_token_id: tt.eos_token_id}
@@ -54,7 +56,7 @@ def test_a_draft_whose_bos_is_its_eos_proposes_the_targets_eos():
 
 def test_a_target_whose_bos_is_its_eos_gets_eos_only_from_the_drafts_eos():
     tt, dt = xvocab.zoo.tokenizer("gpt-2"), xvocab.zoo.tokenizer("llama-spm")
-    tables = pair_tables(tt, dt, len(tt), len(dt))
+    tables = pair_tables(codec(tt), codec(dt), len(tt), len(dt))
     assert tables.tli.to_target_host[dt.eos_token_id] == tt.eos_token_id
     assert tables.tli.to_target_host[dt.bos_token_id] == NO_TOKEN  # BOS is never proposed
     specials = [i for i, b in enumerate(xvocab.token_bytes(dt)) if b is None and i != dt.eos_token_id]

@@ -1,4 +1,4 @@
-"""The static cache (pre-allocated, rolled back by length: xvocab.kv.Decoder(cache="static")) computes what
+"""The static cache (pre-allocated, rolled back by length: xvocab.runtime.kv.Decoder(cache="static")) computes what
 the dynamic one does: logits after any history of feeds and rollbacks, across a sliding window and past a
 capacity it must grow; greedy outputs and seeded samples of every algorithm equal the dynamic path's."""
 import pytest
@@ -6,8 +6,8 @@ import torch
 from _support import ALL, CROSS, drafting, mirrored_pairs
 
 import xvocab
-from xvocab import kv
-from xvocab.engine import generate
+from xvocab.decode.engine import generate
+from xvocab.runtime import kv
 from xvocab.zoo.tiny import mirror_model
 
 PROMPTS = ["def fibonacci(n):", "The quick brown fox"]

@@ -1,6 +1,6 @@
 """Stop strings end a completion where `ar` would end it, whatever the algorithm, loop or round size.
 
-The end rule (xvocab.commit.Stop) checks every prefix of a round's tokens in order; the control shows that
+The end rule (xvocab.decode.commit.Stop) checks every prefix of a round's tokens in order; the control shows that
 checking a round's tokens only as a whole (as a loop that tests `stop in text` after each commit would)
 ends later, so the exactness assertions here can fail.
 """
@@ -8,7 +8,8 @@ import pytest
 from _support import CROSS, mirrored_pairs
 
 import xvocab
-from xvocab.commit import Stop, check_stop
+from xvocab.decode.commit import check_stop
+from xvocab.decode.pair import Stop
 from xvocab.errors import ConfigError
 
 PAIRS = [("starcoder", "refact"), ("llama-spm", "mistral-v1")]

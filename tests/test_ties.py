@@ -1,12 +1,13 @@
-"""xvocab.ties, the bfloat16 policy: a difference from ar is a tie only where the target's two choices are within
+"""xvocab.checks.ties, the bfloat16 policy: a difference from ar is a tie only where the target's two choices are within
 TIE_SPACINGS bfloat16 spacings, read in float32 over the same weights; anything else is a failure, and float32
 needs equality. Each verdict is shown with the case that must give the other one."""
 import pytest
 import torch
 
 from experiments.runner import ar_check
-from xvocab import ties, zoo
-from xvocab.roles import prompt_ids
+from xvocab import zoo
+from xvocab.alignment.roles import prompt_ids
+from xvocab.checks import ties
 from xvocab.zoo.tiny import tiny_model
 
 PROMPT = "def fibonacci(n):"

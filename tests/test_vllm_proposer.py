@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import xvocab
+from xvocab.alignment.roles import prompt_ids
 from xvocab.errors import ConfigError
-from xvocab.roles import prompt_ids
 from xvocab.vllm import Proposer, engine_args
 from xvocab.vllm.rows import Slots, follow, open_view, special_map
 from xvocab.zoo.tiny import servable_pair
@@ -143,8 +143,8 @@ def test_rows_that_move_preemption_and_late_requests_never_mix_requests(pairs, m
     assert proposer.stats()["views_opened"] == len(PROMPTS)
     # Control: the check inside run_engine fails when rows are given each other's views and a view trusts the
     # request it is handed (follow without its head check): the request's state would be another's.
-    from xvocab.alignment.translate import common_prefix_length
     import xvocab.vllm.proposer as module
+    from xvocab.alignment.translate import common_prefix_length
 
     def trusting(view, ids):
         rest, t_side = ids[len(view.head):], view.ctx.target

@@ -10,8 +10,9 @@ import pytest
 import torch
 
 import xvocab
+from xvocab.alignment.roles import eos_ids, prompt_ids
 from xvocab.alignment.tables import same_vocabulary
-from xvocab.roles import eos_ids, prompt_ids
+from xvocab.alignment.tokens import codec
 
 # Under pytest-xdist (`make test` runs two workers) this module stays on one worker, so the 1.5B and the 0.5B are
 # never in memory twice.
@@ -36,8 +37,8 @@ def test_model_tokenizer_is_the_qwen2_family_exactly(name):
 
 
 def test_the_two_models_share_one_vocabulary():
-    assert same_vocabulary(xvocab.zoo.tokenizer(QWEN[0]), xvocab.zoo.tokenizer(QWEN[1]))  # so `sd` pairs them
-    assert not same_vocabulary(xvocab.zoo.tokenizer(QWEN[0]), xvocab.zoo.tokenizer("qwen2"))  # specials differ
+    assert same_vocabulary(codec(xvocab.zoo.tokenizer(QWEN[0])), codec(xvocab.zoo.tokenizer(QWEN[1])))  # so `sd` pairs them
+    assert not same_vocabulary(codec(xvocab.zoo.tokenizer(QWEN[0])), codec(xvocab.zoo.tokenizer("qwen2")))  # specials differ
 
 
 def test_the_reference_check_can_fail():

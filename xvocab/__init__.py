@@ -6,11 +6,11 @@
     outs = xvocab.generate_batch([prompt, ...], target=..., ...)   # many prompts, one batched forward per round
 """
 from xvocab import defaults, zoo
-from xvocab.batch import generate_batch
 from xvocab.alignment import VocabMap, intersection
-from xvocab.engine import ALGORITHMS, Output, generate
+from xvocab.alignment.tokens import token_bytes
+from xvocab.decode.batch import generate_batch
+from xvocab.decode.engine import ALGORITHMS, Output, generate
 from xvocab.errors import AssetError, ConfigError, UnknownNameError, VocabularyMismatchError, XVocabError
-from xvocab.tokens import token_bytes
 
 __version__ = "0.1.0"
 

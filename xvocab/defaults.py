@@ -19,9 +19,9 @@ DRAFT_WINDOW = 0        # > 0: the draft reads only the last this many ids of it
 CACHE = "dynamic"       # where states live: dynamic (the reference) | static (pre-allocated, for CUDA graphs)
 THREADS = 2             # CPU threads experiments pin, so timings compare across runs
 DRAFT_TEMPERATURE = None  # the draft samples at the target's temperature unless told otherwise
-COUPLING = "none"       # "gumbel": slem's draft and the target's samples race on shared noise (xvocab.coupling)
+COUPLING = "none"       # "gumbel": slem's draft and the target's samples race on shared noise (verification.coupling)
 BATCH_SIZE = 1          # prompts an experiment decodes together (xvocab.generate_batch above 1)
-POLICY = False          # experiments: choose k per round from costs and acceptance (xvocab.policy)
+POLICY = False          # experiments: choose k per round from costs and acceptance (xvocab.measure.policy)
 # The default pair: Gemma 3 270M and the drafter distilled for it, shipped in xvocab/zoo/drafters/.
 TARGET = "gemma-3-270m"
 DRAFT = "gemma-3-270m-drafter-deepseek-coder-aligned-v5"

@@ -1,6 +1,6 @@
 """xvocab's proposer inside vLLM (the CPU build, float32, tiny folded pairs over real tokenizers; xvocab.zoo.tiny):
 greedy output equals vLLM's own ar token for token while the draft is accepted; sampled output follows the target's
-exact law (chi-square at xvocab.lossless.ALPHA), and the same test rejects a negative control; settings it cannot
+exact law (chi-square at xvocab.checks.lossless.ALPHA), and the same test rejects a negative control; settings it cannot
 keep exact stop the engine at start-up with xvocab's error.
 
 Each engine takes 15-30 s to start on two cores: engines are built once per module and shared by the tests."""
@@ -16,8 +16,16 @@ os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")    # collective_
 
 import xvocab  # noqa: E402
 import xvocab.vllm  # noqa: E402
-from xvocab.lossless import ALPHA, N, PROMPT, SETTINGS, TOKENS, chi_square_pvalue, exact_distribution  # noqa: E402
-from xvocab.roles import prompt_ids  # noqa: E402
+from xvocab.alignment.roles import prompt_ids  # noqa: E402
+from xvocab.checks.lossless import (  # noqa: E402
+    ALPHA,
+    PROMPT,
+    SETTINGS,
+    TOKENS,
+    N,
+    chi_square_pvalue,
+    exact_distribution,
+)
 from xvocab.vllm import repairs  # noqa: E402
 from xvocab.zoo.tiny import servable_pair  # noqa: E402
 

@@ -7,7 +7,7 @@ import transformers
 from packaging.version import Version
 
 import xvocab
-from xvocab import kv
+from xvocab.runtime import kv
 from xvocab.zoo.tiny import GREEDY_BIAS, biased_pair
 
 PROMPTS = ["def fibonacci(n):", "The quick brown fox"]

@@ -2,8 +2,8 @@
 
 A drafter is a generator: each time it needs the draft's next-token logits it yields the draft
 sequence (`yield from ctx.draft.next_logits()`) and is sent back the logits [V_draft]; it returns its
-Proposal. It never calls a model itself, so the decode loop (xvocab.loop: every row's drafter advanced in lockstep,
-one batched draft forward per step) and xvocab.vllm's proposer run the same drafting code.
+Proposal. It never calls a model itself, so the decode loop (xvocab.decode.loop: every row's drafter advanced in
+lockstep, one batched draft forward per step) and xvocab.vllm's proposer run the same drafting code.
 A drafter that needs no logits (`ar`) may return its Proposal directly.
 
 `Algorithm` is what an algorithm says of itself to everything outside its file (xvocab.algorithms.REGISTRY):
@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 import torch
 
 from xvocab.alignment.tables import PairTables
+from xvocab.alignment.tokens import ByteCodec
 from xvocab.alignment.translate import Stream, sync
-from xvocab.coupling import NoiseTape, draft_noise, race
-from xvocab.host import argmax_ids
-from xvocab.sampling import SamplingParams, logits_to_probs, sample
-from xvocab.tokens import ByteCodec
+from xvocab.runtime.host import argmax_ids
+from xvocab.verification.coupling import NoiseTape, draft_noise, race
+from xvocab.verification.sampling import SamplingParams, logits_to_probs, sample
 
 
 @dataclass
@@ -44,7 +44,7 @@ class Side:
         self.stream = self.stream.apply(self.codec, keep, append)
 
     def next_logits(self):
-        """Logits [V] after the whole current sequence, from whoever runs the drafter (xvocab.loop or
+        """Logits [V] after the whole current sequence, from whoever runs the drafter (xvocab.decode.loop or
         xvocab.vllm): a drafter writes `logits = yield from ctx.draft.next_logits()`."""
         return (yield self.full())
 
@@ -59,7 +59,7 @@ class DraftContext:
     maps: PairTables | None  # the per-pair id tables (None for ar)
     draft_confidence: float = 0.0  # stop drafting after a token the draft gives less than this probability
     align_seconds: float = 0.0
-    tape: NoiseTape | None = None  # coupling="gumbel": the noise the target samples with (xvocab.coupling)
+    tape: NoiseTape | None = None  # coupling="gumbel": the noise the target samples with (xvocab.verification.coupling)
 
     def confident(self, logits: torch.Tensor, d: int) -> bool:
         """Whether to keep drafting after id d: its probability under the draft softmax of `logits` (as
@@ -87,12 +87,12 @@ class DraftContext:
         DraftIds.restrict(logits): q is then renormalized over them), and q itself [V_draft].
 
         Greedy: the restricted argmax and no q, since every verification rule then reduces to
-        comparing with the target's argmax (xvocab.verify.greedy_verify) and needs no distribution.
+        comparing with the target's argmax (xvocab.verification.verify.greedy_verify) and needs no distribution.
         `position`: the continuation position the id is meant to match there, for an exact-match drafter
-        under coupling (with a tape, the id races on that position's noise: xvocab.coupling).
+        under coupling (with a tape, the id races on that position's noise: xvocab.verification.coupling).
         """
         if self.params.greedy:
-            return argmax_ids(logits), None  # the draft step's one read of the device (xvocab.host)
+            return argmax_ids(logits), None  # the draft step's one read of the device (xvocab.runtime.host)
         q = logits_to_probs(logits, self.params)
         if self.tape is not None and position is not None:
             return race(q, draft_noise(self.tape, position, self.maps.tli, self.generator)), q

@@ -2,7 +2,7 @@
 
 The draft samples x_i ~ q_i for i = 1..k from its own (processed) distribution; the
 target accepts x_i with probability min(1, p_i(x_i) / q_i(x_i)). Requires identical
-vocabularies (xvocab.pair.prepare refuses others with VocabularyMismatchError), not equal head
+vocabularies (xvocab.decode.pair.prepare refuses others with VocabularyMismatchError), not equal head
 widths: the draft is restricted to ids both heads have and that spell bytes or end the sequence
 (xvocab.alignment.tables: one rule for every algorithm), and q is written at the target's width.
 Cost: k draft forwards of one token and one target forward of k + 1 positions.

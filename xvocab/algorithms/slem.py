@@ -13,7 +13,7 @@ spelling b" if n <= 1:"; re-tokenized for Gemma this becomes [`▁if`, `▁n`, `
 A draft EOS is proposed as the target's EOS after the text; any other special token ends the draft
 unproposed. Bytes the target cannot spell (falcon's missing control bytes) end the proposal.
 Cost: k draft forwards, one re-tokenization of O(window + k) tokens, one target forward.
-With coupling="gumbel" (xvocab.coupling) the j-th drafted id races on the noise the target samples position
+With coupling="gumbel" (xvocab.verification.coupling) the j-th drafted id races on the noise the target samples position
 t + j with: exact for any drafter, and agreeing with the target's sample far more often when sampling (the
 alignment of draft and target positions is assumed one to one, as the target-aligned encoding makes it).
 """
@@ -22,8 +22,8 @@ from __future__ import annotations
 import time
 
 from xvocab.algorithms.common import Algorithm, DraftContext, Proposal
+from xvocab.alignment.tokens import UnrepresentableTextError
 from xvocab.alignment.translate import complete_utf8, propose
-from xvocab.tokens import UnrepresentableTextError
 
 
 def draft(ctx: DraftContext, k: int) -> Proposal:

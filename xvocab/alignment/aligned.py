@@ -28,10 +28,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from xvocab.alignment.intersection import NO_TOKEN, intersection
+from xvocab.alignment.intersection import NO_TOKEN, between
+from xvocab.alignment.tokens import ByteCodec, codec
 from xvocab.alignment.translate import Stream
 from xvocab.errors import ConfigError
-from xvocab.tokens import ByteCodec, codec
 
 ENCODINGS = ("native", "aligned")
 CONFIG_KEY = "xvocab_draft_encoding"  # in a drafter's config.json: the encoding it was trained on
@@ -59,19 +59,19 @@ class AlignedCodec(ByteCodec):
 
 
 @lru_cache(maxsize=16)
-def aligned_codec(target_tokenizer, draft_tokenizer) -> AlignedCodec:
-    """The draft codec aligned to `target_tokenizer` (cached per pair)."""
-    native = codec(draft_tokenizer)
-    t2d = intersection(target_tokenizer, draft_tokenizer).target_to_draft.tolist()
-    return AlignedCodec(native.token_bytes, native.prefix, native.raw_pipeline, codec(target_tokenizer), native,
-                        tuple(t2d))
+def aligned_codec(target: ByteCodec, native: ByteCodec) -> AlignedCodec:
+    """The draft's codec `native` aligned to the target's codec (cached per pair)."""
+    t2d = between(target, native).target_to_draft.tolist()
+    return AlignedCodec(native.token_bytes, native.prefix, native.raw_pipeline, native.byte_fallback, native.roles,
+                        target=target, native=native, target_to_draft=tuple(t2d))
 
 
-def draft_codec(target_tokenizer, draft_tokenizer, encoding: str) -> ByteCodec:
-    """The codec the draft side uses: its own (`native`) or aligned to the target (`aligned`)."""
+def draft_codec(target: ByteCodec, draft: ByteCodec, encoding: str) -> ByteCodec:
+    """The codec the draft side uses, from the two native codecs: its own (`native`) or aligned to the target's
+    (`aligned`)."""
     if encoding not in ENCODINGS:
         raise ConfigError(f"draft_encoding={encoding!r}; choose one of {', '.join(ENCODINGS)}")
-    return codec(draft_tokenizer) if encoding == "native" else aligned_codec(target_tokenizer, draft_tokenizer)
+    return draft if encoding == "native" else aligned_codec(target, draft)
 
 
 def model_encoding(model) -> str:
@@ -83,13 +83,14 @@ def cut_agreement(target_tokenizer, draft_tokenizer, texts: list[str]) -> dict:
     """How close a draft encoding is to the target's cuts on `texts` (the measurement behind this module):
     `target_in_intersection`, the share of the target's tokens the draft vocabulary has (TLI's ceiling per
     position), and for each encoding the share of the draft's cuts that are also target cuts."""
-    t_codec, t2d = codec(target_tokenizer), intersection(target_tokenizer, draft_tokenizer).target_to_draft
+    t_codec, d_codec = codec(target_tokenizer), codec(draft_tokenizer)
+    t2d = between(t_codec, d_codec).target_to_draft
     t_ids = [t_codec.encode_continuation(t) for t in texts]
     out = {"target_tokens": sum(map(len, t_ids)),
            "target_in_intersection": sum(int((t2d[ids] != NO_TOKEN).sum()) for ids in t_ids if ids)
            / max(sum(map(len, t_ids)), 1)}
     for encoding in ENCODINGS:
-        c = draft_codec(target_tokenizer, draft_tokenizer, encoding)
+        c = draft_codec(t_codec, d_codec, encoding)
         shared = total = 0
         for text, ids in zip(texts, t_ids):
             target_cuts = set(Stream.of(t_codec, ids).ends)

@@ -1,6 +1,6 @@
 """Token-level intersection of two vocabularies, on exact bytes (for TLI).
 
-Two ids correspond when they emit identical bytes (xvocab.tokens). Comparing bytes,
+Two ids correspond when they emit identical bytes (xvocab.alignment.tokens). Comparing bytes,
 not strings, keeps a SentencePiece `é` (bytes C3 A9) apart from a byte-level token for
 the lone byte E9, a confusion string-based maps make. Special tokens never match by
 accident: they have no bytes, and map only through an explicit role (BOS, EOS, PAD).
@@ -21,7 +21,7 @@ from functools import lru_cache
 
 import torch
 
-from xvocab.tokens import codec
+from xvocab.alignment.tokens import ByteCodec, codec
 
 NO_TOKEN = -1  # sentinel in the id maps: no counterpart in the other vocabulary
 
@@ -46,32 +46,34 @@ class VocabMap:
 
 
 @lru_cache(maxsize=32)
-def _canonical(tokenizer) -> dict[bytes, int]:
-    """bytes -> preferred id of one tokenizer: ordinary pieces before byte-fallback pieces, then lowest id."""
-    vocab = tokenizer.get_vocab()
-    byte_fallback = {vocab[f"<0x{b:02X}>"] for b in range(256) if f"<0x{b:02X}>" in vocab}
+def _canonical(c: ByteCodec) -> dict[bytes, int]:
+    """bytes -> preferred id of one vocabulary: ordinary pieces before byte-fallback pieces, then lowest id."""
     out: dict[bytes, int] = {}
-    for i, b in enumerate(codec(tokenizer).token_bytes):
+    for i, b in enumerate(c.token_bytes):
         if not b:
             continue
         j = out.get(b)
-        if j is None or (j in byte_fallback and i not in byte_fallback):
+        if j is None or (j in c.byte_fallback and i not in c.byte_fallback):
             out[b] = i
     return out
 
 
 @lru_cache(maxsize=16)
-def intersection(target_tokenizer, draft_tokenizer) -> VocabMap:
-    """The byte-exact id correspondence between two tokenizers (cached per pair)."""
-    t_index, d_index = _canonical(target_tokenizer), _canonical(draft_tokenizer)
-    d2t = [NO_TOKEN] * len(codec(draft_tokenizer).token_bytes)
-    t2d = [NO_TOKEN] * len(codec(target_tokenizer).token_bytes)
+def between(target: ByteCodec, draft: ByteCodec) -> VocabMap:
+    """The byte-exact id correspondence between two vocabularies, from their codecs (cached per pair)."""
+    t_index, d_index = _canonical(target), _canonical(draft)
+    d2t = [NO_TOKEN] * len(draft.token_bytes)
+    t2d = [NO_TOKEN] * len(target.token_bytes)
     for b, d in d_index.items():
         t = t_index.get(b)
         if t is not None:
             d2t[d], t2d[t] = t, d
-    for role in ("bos_token_id", "eos_token_id", "pad_token_id"):
-        t, d = getattr(target_tokenizer, role), getattr(draft_tokenizer, role)
+    for t, d in zip(target.roles, draft.roles):  # BOS, EOS, PAD: specials map only through their role
         if t is not None and d is not None and d2t[d] == NO_TOKEN and t2d[t] == NO_TOKEN:
             d2t[d], t2d[t] = t, d
     return VocabMap(torch.tensor(d2t, dtype=torch.long), torch.tensor(t2d, dtype=torch.long))
+
+
+def intersection(target_tokenizer, draft_tokenizer) -> VocabMap:
+    """`between` the two tokenizers' codecs: the door for a caller holding tokenizers."""
+    return between(codec(target_tokenizer), codec(draft_tokenizer))

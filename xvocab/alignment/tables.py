@@ -29,8 +29,8 @@ from functools import cache, lru_cache
 
 import torch
 
-from xvocab.alignment.intersection import NO_TOKEN, intersection
-from xvocab.tokens import UnrepresentableTextError, codec
+from xvocab.alignment.intersection import NO_TOKEN, between
+from xvocab.alignment.tokens import ByteCodec, UnrepresentableTextError
 
 
 @dataclass(frozen=True, eq=False)
@@ -72,7 +72,7 @@ class DraftIds:
 
 class PairTables:
     """Per-pair id tables the drafters use (see the module docstring), each built on first use and kept: an
-    algorithm pays only for the tables its registry entry names (xvocab.pair.prepare builds those up front)."""
+    algorithm pays only for the tables its registry entry names (xvocab.decode.pair.prepare builds those up front)."""
 
     def __init__(self, make: dict, roles: dict[int, int], target_vocab: int):
         self._make = make                # name -> () -> DraftIds
@@ -104,23 +104,24 @@ class PairTables:
                           self.roles, self.target_vocab)
 
 
-def same_vocabulary(a, b) -> bool:
-    """Whether two tokenizers spell every id alike (then ids are shared and no alignment is needed)."""
-    return a is b or (codec(a).token_bytes == codec(b).token_bytes and codec(a).prefix == codec(b).prefix)
+def same_vocabulary(a: ByteCodec, b: ByteCodec) -> bool:
+    """Whether two vocabularies (their codecs) spell every id alike (then ids are shared and no alignment is
+    needed)."""
+    return a is b or (a.token_bytes == b.token_bytes and a.prefix == b.prefix)
 
 
 @lru_cache(maxsize=8)
-def pair_tables(target_tokenizer, draft_tokenizer, target_vocab: int, draft_vocab: int,
+def pair_tables(tc: ByteCodec, dc: ByteCodec, target_vocab: int, draft_vocab: int,
                 target_eos: tuple[int, ...] = (), draft_eos: tuple[int, ...] = (), *,
                 same: bool | None = None) -> PairTables:
-    """The tables for a pair; `*_vocab` are the output-head widths, `*_eos` the ids that end a sequence
-    (the tokenizers' EOS ids are always included); `same`: whether the two share one vocabulary, if the caller
-    has worked it out (xvocab.pair.prepare), else worked out here."""
-    tc, dc = codec(target_tokenizer), codec(draft_tokenizer)
-    t_eos = {i for i in (*target_eos, target_tokenizer.eos_token_id) if i is not None and i < target_vocab}
-    d_eos = {i for i in (*draft_eos, draft_tokenizer.eos_token_id) if i is not None and i < draft_vocab}
-    main_eos = target_tokenizer.eos_token_id if target_tokenizer.eos_token_id in t_eos else min(t_eos, default=None)
-    same = same_vocabulary(target_tokenizer, draft_tokenizer) if same is None else same
+    """The tables for a pair, from the target's and the draft's codecs (xvocab.alignment.tokens.codec, built once
+    per tokenizer); `*_vocab` are the output-head widths, `*_eos` the ids that end a sequence (the tokenizers'
+    EOS ids are always included); `same`: whether the two share one vocabulary, if the caller has worked it out
+    (xvocab.decode.pair.prepare), else worked out here."""
+    t_eos = {i for i in (*target_eos, tc.roles[1]) if i is not None and i < target_vocab}
+    d_eos = {i for i in (*draft_eos, dc.roles[1]) if i is not None and i < draft_vocab}
+    main_eos = tc.roles[1] if tc.roles[1] in t_eos else min(t_eos, default=None)
+    same = same_vocabulary(tc, dc) if same is None else same
     roles = {} if main_eos is None else {d: (d if same and d in t_eos else main_eos) for d in d_eos}
 
     @cache
@@ -128,7 +129,7 @@ def pair_tables(target_tokenizer, draft_tokenizer, target_vocab: int, draft_voca
         if same:
             out = torch.arange(len(dc.token_bytes))
         else:
-            out = intersection(target_tokenizer, draft_tokenizer).draft_to_target.clone()
+            out = between(tc, dc).draft_to_target.clone()
         out[torch.tensor([b is None for b in dc.token_bytes], dtype=torch.bool)] = NO_TOKEN  # no BOS/PAD proposals
         return out
 

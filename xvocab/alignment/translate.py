@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xvocab.tokens import ByteCodec
+from xvocab.alignment.tokens import ByteCodec
 
 DEFAULT_WINDOW = 4  # look-behind tokens re-encoded at the boundary
 

@@ -51,7 +51,7 @@ from functools import lru_cache
 import torch
 
 from xvocab.alignment.intersection import NO_TOKEN
-from xvocab.tokens import UnrepresentableTextError
+from xvocab.alignment.tokens import UnrepresentableTextError
 
 KINDS = ("fkl", "tv", "tli")
 NOWHERE = -1  # first_piece of a target id with no bytes (special tokens)

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import torch
 
+from xvocab.alignment.roles import prompt_ids
+from xvocab.alignment.tokens import codec
 from xvocab.drafter.teacher import continue_batch, left_pad, write_shards
-from xvocab.roles import prompt_ids
-from xvocab.tokens import codec
 
 
 @torch.inference_mode()

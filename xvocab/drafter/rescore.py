@@ -23,11 +23,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from xvocab.alignment.tokens import codec
 from xvocab.drafter.onpolicy import score_batch
 from xvocab.drafter.teacher import pin_meta, read_teacher_text_shard, run_shards, shard_index, shard_paths
 from xvocab.errors import ConfigError
-from xvocab.records import changed_settings
-from xvocab.tokens import codec
+from xvocab.measure.records import changed_settings
 
 # What fixes which prompt shard i holds: sources that differ in any of these cannot be combined.
 PROMPT_SETTINGS = ("prompts", "python", "max_prompt_chars", "order", "batch_size", "seed")  # python: stdlib prompts

@@ -6,7 +6,7 @@ parameters). Why Llama: every runtime loads it, and its cost is what the shape s
 
 How it learns: next-token cross-entropy on documents, optionally mixed with a divergence to the target's
 recorded distributions (logit-level distillation, xvocab.drafter.distill; `Distill`), one document per row (BOS first, as
-`xvocab.roles.prompt_ids` encodes prompts, right-padded, padding masked out of the loss), so
+`xvocab.alignment.roles.prompt_ids` encodes prompts, right-padded, padding masked out of the loss), so
 training sees each document exactly as drafting will: from position 0 after BOS. Rows come from
 the teacher text with probability 1 - raw_fraction, else from raw code pieces.
 
@@ -30,8 +30,8 @@ from tqdm.auto import tqdm
 
 from xvocab.alignment.aligned import CONFIG_KEY as ENCODING_KEY
 from xvocab.alignment.aligned import DEFAULT_ENCODING
+from xvocab.alignment.roles import prompt_ids
 from xvocab.drafter.distill import KINDS, argmax_labels, greedy_agreement, soft_divergence
-from xvocab.roles import prompt_ids
 from xvocab.errors import ConfigError
 
 IGNORE = -100  # label of padding positions: no loss

@@ -33,10 +33,10 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from xvocab.roles import eos_ids, prompt_ids
+from xvocab.alignment.roles import eos_ids, prompt_ids
 from xvocab.errors import ConfigError
-from xvocab.records import changed_settings, write_atomic
-from xvocab.sampling import SamplingParams, logits_to_probs, sample
+from xvocab.measure.records import changed_settings, write_atomic
+from xvocab.verification.sampling import SamplingParams, logits_to_probs, sample
 
 
 def left_pad(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -62,7 +62,7 @@ def continue_batch(target, tokenizer, prompts: list[str], *, max_new_tokens: int
 
     device = next(target.parameters()).device
     # Every id that ends a sequence: the tokenizer's EOS and the generation config's (Qwen's instruct models end on
-    # <|im_end|> or <|endoftext|>), as the decoders stop (xvocab.roles.eos_ids).
+    # <|im_end|> or <|endoftext|>), as the decoders stop (xvocab.alignment.roles.eos_ids).
     ends = eos_ids(target, tokenizer) if aligned is None else (tokenizer.eos_token_id,)
     eos = torch.tensor(ends, device=device)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else ends[0]

@@ -17,16 +17,27 @@ from pathlib import Path
 
 import torch
 
-from xvocab import records, zoo
+from xvocab import zoo
 from xvocab.alignment.aligned import AlignedCodec, draft_codec, model_encoding
 from xvocab.alignment.intersection import intersection
+from xvocab.alignment.roles import prompt_ids
+from xvocab.alignment.tokens import codec
 from xvocab.drafter.distill import KINDS, document, first_piece_map
 from xvocab.drafter.prompts import raw_code
-from xvocab.drafter.student import (Distill, StudentShape, build_student, check_next_token, encode_documents,
-                                    grow_depth, save_student, shape_of, train_student)
-from xvocab.roles import prompt_ids
+from xvocab.drafter.student import (
+    Distill,
+    StudentShape,
+    build_student,
+    check_next_token,
+    encode_documents,
+    grow_depth,
+    save_student,
+    shape_of,
+    train_student,
+)
 from xvocab.drafter.teacher import read_teacher_text
 from xvocab.errors import ConfigError
+from xvocab.measure import records
 
 
 def loss_figure(rows: list[dict], out_path: Path, title: str) -> None:
@@ -97,7 +108,7 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer, probe=No
     if not rows:
         raise ConfigError(f"no teacher text under {teacher_dir}; run the teacher stage first (stage=teacher or all)")
     tokenizer = zoo.tokenizer(cfg.draft_tokenizer)
-    d_codec = draft_codec(target_tokenizer, tokenizer, s.encoding)
+    d_codec = draft_codec(codec(target_tokenizer), codec(tokenizer), s.encoding)
     aligned = d_codec if isinstance(d_codec, AlignedCodec) else None
     if aligned is not None:  # the draft ids TLI can propose: the tli loss and the held-out val_tli read them
         distill = replace(distill, inside=intersection(target_tokenizer, tokenizer).draft_mask.to(device))

@@ -14,7 +14,7 @@ greedy) and the same pair tables, so one exactness suite covers both engines.
 
 Per step (`propose`): each request with a newly sampled token is matched to its view, the view re-synced to
 the request's committed ids, and every request's drafter advanced in lockstep: ONE batched draft forward per
-drafting step across the running requests (xvocab.loop.draft_in_lockstep). It returns one list of target ids
+drafting step across the running requests (xvocab.decode.loop.draft_in_lockstep). It returns one list of target ids
 per request (empty: no proposal, e.g. a request still in prefill or past the draft rows).
 
 Lossless: a proposal is a deterministic function of the request's committed ids (greedy drafting; batched
@@ -37,12 +37,13 @@ from pathlib import Path
 import torch
 
 from xvocab.algorithms import DRAFTERS
+from xvocab.alignment.roles import generation_eos_ids
 from xvocab.alignment.tables import same_vocabulary
-from xvocab.loop import draft_in_lockstep
-from xvocab.batch_kv import BatchDecoder
+from xvocab.alignment.tokens import codec
+from xvocab.decode.loop import draft_in_lockstep
+from xvocab.decode.pair import prepare_for_target
 from xvocab.errors import ConfigError, XVocabError
-from xvocab.pair import prepare_for_target
-from xvocab.roles import generation_eos_ids
+from xvocab.runtime.batch_kv import BatchDecoder
 from xvocab.vllm import kernels, repairs
 from xvocab.vllm.rows import Slots, follow, open_view, special_map
 from xvocab.vllm.settings import Settings, check_verification
@@ -125,14 +126,14 @@ class Proposer:
                               f"serve the model with its own tokenizer (or fix xvocab.target_tokenizer)")
         if self.settings.target_tokenizer:
             own = load_tokenizer(served, "served", "serve a directory holding the model's tokenizer files")
-            if not same_vocabulary(own, self.target_tokenizer):
+            if not same_vocabulary(codec(own), codec(self.target_tokenizer)):
                 raise ConfigError(f"xvocab.target_tokenizer={self.settings.target_tokenizer!r} spells ids otherwise "
                                   f"than the tokenizer vLLM serves ({served}); drop target_tokenizer, or serve the "
                                   f"model with that tokenizer (vLLM's tokenizer=)")
         trained = trained_target(self.settings.draft)
         if trained and self.settings.draft_encoding != "native":
             trained_tokenizer = load_tokenizer(trained, "drafter's training target", "use draft_encoding='native'")
-            if not same_vocabulary(trained_tokenizer, self.target_tokenizer):
+            if not same_vocabulary(codec(trained_tokenizer), codec(self.target_tokenizer)):
                 raise ConfigError(f"drafter {self.settings.draft!r} was trained on text cut as {trained!r} cuts it, "
                                   f"but vLLM serves a target with another vocabulary; use a drafter trained for this "
                                   f"target (python -m experiments.train_drafter), an off-the-shelf draft, or "

@@ -16,7 +16,7 @@ request can never read another's state: a wrong match costs only the forwards th
 Nothing survives that a later request could mistake for its own, and nothing needs vLLM's request ids.
 
 Invariant: after `follow(view, ids)`, view.target_ids() == ids and the draft side spells the same text (its
-view of bytes, xvocab.tokens.ByteCodec.view) as the target side's continuation, the head's text before it.
+view of bytes, xvocab.alignment.tokens.ByteCodec.view) as the target side's continuation, the head's text before it.
 """
 from __future__ import annotations
 
@@ -25,10 +25,10 @@ from dataclasses import dataclass
 import torch
 
 from xvocab.algorithms.common import DraftContext, Side
-from xvocab.alignment.translate import Stream, common_prefix_length
-from xvocab.pair import Pair
-from xvocab.roles import special_prefix
-from xvocab.sampling import SamplingParams
+from xvocab.alignment.roles import special_prefix
+from xvocab.alignment.translate import common_prefix_length
+from xvocab.decode.pair import Pair
+from xvocab.verification.sampling import SamplingParams
 
 GREEDY = SamplingParams(0.0, 0, 1.0)  # vLLM verifies point proposals: the draft proposes its argmax
 
@@ -53,7 +53,7 @@ def draft_head(pair: Pair, specials: dict[int, int], head: list[int], window: in
     """The draft's prompt for target ids `head`: its own special prefix, then the head's text (its view of the
     bytes; a SentencePiece target's dummy prefix dropped, as xvocab's own loops give the draft the prompt's text)
     encoded by the draft codec, a shared special where the head has one; only the last `window` ids of that if
-    `window` > 0 (xvocab.pair.Pair.draft_prompt's rule)."""
+    `window` > 0 (xvocab.decode.pair.Pair.draft_prompt's rule)."""
     t_prefix = special_prefix(pair.target_tokenizer)
     if tuple(head[:len(t_prefix)]) == t_prefix:
         head = head[len(t_prefix):]

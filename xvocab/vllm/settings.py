@@ -69,10 +69,11 @@ class Settings:
 
     def check(self) -> None:
         if self.algorithm not in ALGORITHMS:
-            why = ("it verifies against psi, a distribution, and vLLM's custom-class path verifies point proposals"
-                   if self.algorithm == "slrs" else
-                   "one shared vocabulary is vLLM's own draft_model method" if self.algorithm == "sd" else
-                   "it is not an algorithm xvocab serves in vLLM")
+            spec = algorithms.REGISTRY.get(self.algorithm)  # what the entry says decides the reason
+            why = ("it is not an algorithm xvocab serves in vLLM" if spec is None else
+                   "it proposes nothing: vLLM's ar is the engine without a speculative_config" if not spec.uses_draft
+                   else "one shared vocabulary is vLLM's own draft_model method" if spec.one_vocabulary else
+                   "it verifies against a distribution, and vLLM's custom-class path verifies point proposals")
             raise ConfigError(f"algorithm={self.algorithm!r}: {why}; choose one of {', '.join(ALGORITHMS)}")
         if self.draft_encoding not in (None, *ENCODINGS):
             raise ConfigError(f"draft_encoding={self.draft_encoding!r}; choose one of {', '.join(ENCODINGS)}, or "

@@ -37,7 +37,7 @@ def write_tokenizer_files(directory: Path, tokenizer, eos: tuple[int, ...] = ())
     roles = {r: getattr(tokenizer, r) for r in ROLES if getattr(tokenizer, r, None) is not None}
     add_bos = bool(getattr(tokenizer, "xvocab_add_bos", False))
     backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
-    if add_bos and tokenizer.bos_token is not None:  # a text prompt then reads as xvocab.roles.prompt_ids reads it
+    if add_bos and tokenizer.bos_token is not None:  # a text prompt then reads as roles.prompt_ids reads it
         bos = (tokenizer.bos_token, tokenizer.bos_token_id)
         backend.post_processor = TemplateProcessing(single=f"{bos[0]} $A", pair=f"{bos[0]} $A {bos[0]} $B",
                                                     special_tokens=[bos])

@@ -31,9 +31,11 @@ def tiny_model(tokenizer, *, seed: int = 0, n_layers: int = 2, hidden_size: int 
               bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
               pad_token_id=tokenizer.pad_token_id)
     if sliding_window is None:
-        from transformers import LlamaConfig as Config, LlamaForCausalLM as Model
+        from transformers import LlamaConfig as Config
+        from transformers import LlamaForCausalLM as Model
     else:
-        from transformers import Gemma3ForCausalLM as Model, Gemma3TextConfig as Config
+        from transformers import Gemma3ForCausalLM as Model
+        from transformers import Gemma3TextConfig as Config
 
         kw |= dict(sliding_window=sliding_window, head_dim=hidden_size // n_heads,
                    layer_types=["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n_layers)])
@@ -108,6 +110,7 @@ def biased_pair(target_tokenizer, draft_tokenizer, *, seed: int = 0, topic: tupl
     """
     from xvocab.alignment.intersection import NO_TOKEN, intersection
     from xvocab.alignment.tables import pair_tables
+    from xvocab.alignment.tokens import codec
 
     target = tiny_model(target_tokenizer, seed=seed, n_heads=n_heads)
     gen = torch.Generator().manual_seed(seed + 1)
@@ -120,7 +123,7 @@ def biased_pair(target_tokenizer, draft_tokenizer, *, seed: int = 0, topic: tupl
         n = draft.lm_head.weight.shape[0]
         d2t = torch.full((n,), NO_TOKEN)                                      # [V_draft] the same bytes
         d2t[: len(vocab.draft_to_target)] = vocab.draft_to_target[:n]
-        first = pair_tables(target_tokenizer, draft_tokenizer, n_t, n).slrs.to_target  # [V_draft] first target token
+        first = pair_tables(codec(target_tokenizer), codec(draft_tokenizer), n_t, n).slrs.to_target  # [V_draft]
         hit = d2t != NO_TOKEN
         copies = ~hit & (first != NO_TOKEN)
         copied = torch.zeros(n_t, dtype=torch.bool)                           # [V_target] starts an unshared draft id
@@ -220,7 +223,7 @@ def servable_pair(target_tokenizer: str, draft_tokenizer: str, directory, *, see
     under `directory` as checkpoints another engine serves (xvocab.zoo.serving: tokenizer files with roles, EOS).
     Two heads of 32 dimensions (the smallest head vLLM's CPU attention takes). Built once per directory: written
     whole or not at all."""
-    from xvocab.roles import eos_ids
+    from xvocab.alignment.roles import eos_ids
     from xvocab.zoo.cache import atomic_dir
     from xvocab.zoo.names import tokenizer
     from xvocab.zoo.serving import write_tokenizer_files

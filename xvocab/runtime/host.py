@@ -20,7 +20,7 @@ from contextlib import contextmanager
 
 import torch
 
-from xvocab.sampling import argmax
+from xvocab.verification.sampling import argmax
 
 
 class _State(threading.local):
@@ -61,7 +61,7 @@ def read(t: torch.Tensor):
 
 def argmax_ids(logits: torch.Tensor):
     """logits [..., V] -> the first maximal index of each row as Python ints (an int for one row [V]): the argmax
-    computed where the logits are (xvocab.sampling.argmax), then one blocking transfer of the ids, never of
+    computed where the logits are (xvocab.verification.sampling.argmax), then one blocking transfer of the ids, never of
     the logits."""
     with _one_read():
         return argmax(logits).tolist()

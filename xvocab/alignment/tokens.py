@@ -97,6 +97,8 @@ class ByteCodec:
     token_bytes: tuple[bytes | None, ...]  # [V]
     prefix: bytes                          # dummy prefix added at sequence start (b" " or b"")
     raw_pipeline: str                      # tokenizer JSON without the prefix; built on first use
+    byte_fallback: frozenset[int] = frozenset()  # ids of SentencePiece's byte pieces <0x00>..<0xFF>
+    roles: tuple[int | None, int | None, int | None] = (None, None, None)  # (BOS, EOS, PAD) ids of the tokenizer
 
     @cached_property
     def _raw(self) -> Tokenizer:
@@ -256,7 +258,10 @@ def codec(tokenizer) -> ByteCodec:
         else:
             table.append(_piece_bytes(piece, kind, byte_fallback))
     prefix, raw = _prefix_and_raw(data)
-    return ByteCodec(tuple(table), prefix, json.dumps(raw))
+    vocab = tokenizer.get_vocab()
+    fallback = frozenset(vocab[f"<0x{b:02X}>"] for b in range(256) if f"<0x{b:02X}>" in vocab)
+    roles = (tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id)
+    return ByteCodec(tuple(table), prefix, json.dumps(raw), fallback, roles)
 
 
 def token_bytes(tokenizer) -> list[bytes | None]:

@@ -8,7 +8,7 @@ rows (one token each) and t(b, n) one target forward of b rows (n tokens each). 
 In the paper's terms E(k) is tau and cost / t(b, 1) is k c + v, so speculation is switched off exactly when
 the bound tau / (k c + v) at this batch size is below 1 for every k.
 
-Costs: `measure_costs` times both models' batched forwards (xvocab.batch_kv) at the batch sizes asked for,
+Costs: `measure_costs` times both models' batched forwards (xvocab.runtime.batch_kv) at the batch sizes asked for,
 before decoding; as rows finish, the policy reads the costs of the smallest measured batch size at least
 the live one. Those are forwards alone: a real round also pays host work per row (drafter bookkeeping,
 re-tokenization, verification) and the draft's catch-up forward over what the target emitted. So the policy
@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from xvocab.batch_kv import BatchDecoder
-from xvocab.cost import median_seconds, random_ids
+from xvocab.measure.cost import median_seconds, random_ids
+from xvocab.runtime.batch_kv import BatchDecoder
 
 
 @dataclass(frozen=True)

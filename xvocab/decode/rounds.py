@@ -2,11 +2,11 @@
 noise tape, the verification of a proposal, and a decode's output.
 
 What: `validate` refuses a bad request before any model runs (the tokenizers and the context are the pair's to
-check: xvocab.pair); `draft_params` and `noise_tape` set up a sequence's proposal sampling and coupled noise;
+check: xvocab.decode.pair); `draft_params` and `noise_tape` set up a sequence's proposal sampling and coupled noise;
 `verify_proposal` turns the target's logits over a proposal into (accepted count, next id); `Output` is what a
-decode returns. The commit step that follows a verification is xvocab.commit.
+decode returns. The commit step that follows a verification is xvocab.decode.commit.
 
-Why one module: the decode loop (xvocab.loop) and xvocab.vllm's proposer read the same rules, so neither imports
+Why one module: the decode loop (xvocab.decode.loop) and xvocab.vllm's proposer read the same rules, so neither imports
 the other's private names, and the package has no import cycle (tests/test_crash_paths.py walks the import graph).
 
 Invariant: every rule here is a function of its arguments alone (randomness only through the generator or
@@ -21,12 +21,12 @@ import torch
 
 from xvocab import algorithms
 from xvocab.algorithms import Proposal
-from xvocab.coupling import COUPLINGS, NoiseTape
 from xvocab.errors import ConfigError
-from xvocab.pair import output_vocab
-from xvocab.sampling import ProbRows, SamplingParams, logits_to_probs
-from xvocab.stats import Stats
-from xvocab.verify import (
+from xvocab.measure.stats import Stats
+from xvocab.runtime.kv import output_vocab
+from xvocab.verification.coupling import COUPLINGS, NoiseTape
+from xvocab.verification.sampling import ProbRows, SamplingParams, logits_to_probs
+from xvocab.verification.verify import (
     coupled_exact_match_verify,
     exact_match_verify,
     greedy_verify,
@@ -45,7 +45,7 @@ class Output:
 
 
 def validate(prompt, draft, draft_tokenizer, algorithm, k, max_new_tokens, draft_window=0, draft_confidence=0.0):
-    """Refuse a bad request by name, before any model runs. What the tokenizers must be is xvocab.pair.prepare's
+    """Refuse a bad request by name, before any model runs. What the tokenizers must be is xvocab.decode.pair.prepare's
     to check (it owns them)."""
     if not isinstance(prompt, str):
         raise ConfigError(f"the prompt is a {type(prompt).__name__}; pass the text to continue as a str "

@@ -28,10 +28,9 @@ from __future__ import annotations
 
 import torch
 
-from xvocab.seeds import tape_seed
-
 from xvocab.alignment.tables import DraftIds
-from xvocab.sampling import argmax
+from xvocab.verification.sampling import argmax
+from xvocab.verification.seeds import tape_seed
 
 COUPLINGS = ("none", "gumbel")
 
@@ -40,7 +39,7 @@ class NoiseTape:
     """E_t for t = 0, 1, ...: one [vocab] float32 vector per continuation position, drawn in order of t."""
 
     def __init__(self, seed: int, vocab: int, device="cpu"):
-        # Its own stream, apart from the sampler's generator of the same seed (xvocab.seeds).
+        # Its own stream, apart from the sampler's generator of the same seed (xvocab.verification.seeds).
         self.generator = torch.Generator(device=device).manual_seed(tape_seed(seed))
         self.vocab, self.device = vocab, torch.device(device)
         self._noise: dict[int, torch.Tensor] = {}
@@ -65,7 +64,7 @@ class NoiseTape:
 
 def race(probs: torch.Tensor, noise: torch.Tensor) -> int:
     """argmax_x probs(x) / noise(x): a draw from probs (normalized or not) when noise is iid Exp(1).
-    (xvocab.sampling.argmax: torch's own CPU argmax is unvectorized, a third of a millisecond over 262k ids.)"""
+    (verification.sampling.argmax: torch's own CPU argmax is unvectorized, a third of a millisecond over 262k ids.)"""
     return int(argmax(probs.float() / noise))
 
 

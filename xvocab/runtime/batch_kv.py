@@ -1,6 +1,6 @@
 """Many sequences, one model, one forward: a KV cache whose rows have their own lengths.
 
-What: `BatchDecoder(model, rows)` is `xvocab.kv.Decoder` for `rows` sequences at once. `step(asks)` takes,
+What: `BatchDecoder(model, rows)` is `xvocab.runtime.kv.Decoder` for `rows` sequences at once. `step(asks)` takes,
 for any subset of rows, (full_ids, extra) as Decoder.step does, and returns each asked row's logits
 [len(extra) + 1, V]. Each row keeps the longest prefix its cached states share with what it asks for
 (rolled back by a length, per row) and feeds the rest; rows feed different numbers of tokens
@@ -27,9 +27,17 @@ from __future__ import annotations
 import torch
 
 from xvocab.alignment.translate import common_prefix_length
-from xvocab.host import Upload, device_side
-from xvocab.kv import KEEP_ROWS, check_cache_used, check_model, checked_sequence, context_limit, grow_cache, text_config
-from xvocab.packed_linear import packed_linears
+from xvocab.runtime.host import Upload, device_side
+from xvocab.runtime.kv import (
+    KEEP_ROWS,
+    check_cache_used,
+    check_model,
+    checked_sequence,
+    context_limit,
+    grow_cache,
+    text_config,
+)
+from xvocab.runtime.packed_linear import packed_linears
 
 
 class RaggedLayer:
@@ -286,7 +294,7 @@ class BatchDecoder:
 
     def prefill(self, asks: dict[int, tuple[list[int], list[int]]]) -> None:
         """Feed newly admitted rows' prompts now, in a forward of their own (the decode loop's interface,
-        xvocab.loop); each row's last logits are kept, so its next step reads them without a forward."""
+        xvocab.decode.loop); each row's last logits are kept, so its next step reads them without a forward."""
         if asks:
             self.step(asks)
 
@@ -343,7 +351,7 @@ class DecoderPool:
 
 
 def pooled(pool: DecoderPool | None, graphs: bool):
-    """The decode loop's make_decoder (xvocab.loop) over BatchDecoders kept in `pool` (None: a fresh pool, decoders
-    for this call alone); each gets room for a fixed-shape step past the capacity the loop asks for."""
+    """The decode loop's make_decoder (xvocab.decode.loop) over BatchDecoders kept in `pool` (None: a fresh pool,
+    decoders for this call alone); each gets room for a fixed-shape step past the capacity the loop asks for."""
     get = (pool or DecoderPool()).get
     return lambda role, model, rows, capacity: get(role, model, rows, capacity + BUCKETS[-1], graphs)

@@ -1,8 +1,8 @@
 """`xvocab.generate_batch`: many prompts at once, every row decoded by the chosen algorithm, one batched forward
 per model per round.
 
-One of the two doors to the decode loop (xvocab.loop; the other is xvocab.generate): the rows share
-xvocab.batch_kv.BatchDecoders, one per model, and row i is decoded as `xvocab.generate(prompts[i], ...,
+One of the two doors to the decode loop (xvocab.decode.loop; the other is xvocab.generate): the rows share
+xvocab.runtime.batch_kv.BatchDecoders, one per model, and row i is decoded as `xvocab.generate(prompts[i], ...,
 seed=seed + i)` decodes it (greedy rows equal exactly, up to float reassociation in batched matmuls; sampled
 rows follow the target's distribution).
 
@@ -11,15 +11,16 @@ next waiting prompt as soon as it finishes, so the batch stays full until the pr
 policy's per-round tokens/s is the run's throughput (in a fixed batch, rows that speculate ahead leave
 stragglers that decode alone at the end).
 
-`policy` (xvocab.policy) may choose k per round, or switch speculation off, from measured costs and
+`policy` (xvocab.measure.policy) may choose k per round, or switch speculation off, from measured costs and
 recent acceptance; it changes only how many ids are proposed, never what is emitted.
 """
 from __future__ import annotations
 
-from xvocab import defaults, loop, rounds
-from xvocab.batch_kv import DecoderPool, pooled
+from xvocab import defaults
+from xvocab.decode import loop, rounds
 from xvocab.errors import ConfigError
-from xvocab.sampling import SamplingParams
+from xvocab.runtime.batch_kv import DecoderPool, pooled
+from xvocab.verification.sampling import SamplingParams
 
 BATCH_CACHES = ("dynamic", "static", "graph")  # generate's names; a batch's buffers are preallocated either way
 
@@ -38,14 +39,15 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
 
     Row i is decoded as `xvocab.generate(prompts[i], ..., seed=seed + i)` would decode it (module docstring;
     `seed` may also be a list, one seed per row);
-    the arguments mean what they mean there. `policy` (an xvocab.policy.Policy, optional) picks each round's
+    the arguments mean what they mean there. `policy` (an xvocab.measure.policy.Policy, optional) picks each round's
     draft length, 0 meaning no speculation, and records its choices in `policy.log`. `batch_size`: at most
     this many rows at once, a finished row's slot going to the next prompt (default: every prompt at once).
     `on_finish(i, output, seconds)` is called as row i finishes, `seconds` after the call began (a runner
     writes its records then). Returns one Output per prompt, in order; each Output's stats are that row's (its
     wall time runs from its slot to its last token). `cache`, as generate's: "dynamic" and "static" are the same
     here (every row's states in one preallocated buffer per layer), "graph" steps of fixed shapes, replayed from
-    CUDA graphs on a GPU (xvocab.batch_kv.BatchDecoder); the same outputs. `decoders` (an xvocab.batch_kv.DecoderPool)
+    CUDA graphs on a GPU (xvocab.runtime.batch_kv.BatchDecoder); the same outputs. `decoders` (an
+    xvocab.runtime.batch_kv.DecoderPool)
     keeps both models' decoders from call to call: graphs captured once serve every later call.
     """
     if isinstance(prompts, str) or not prompts:

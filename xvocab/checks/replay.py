@@ -13,7 +13,7 @@ argmaxes are the recorded tokens, so every proposal, acceptance and target forwa
 real run makes, at the price of the draft's forwards alone: a 20-problem HumanEval comparison of drafters for
 the 1.5B target takes seconds instead of half an hour (EXPERIMENTS.md, twenty-first session), and the
 measured tau of a real run is reproduced exactly (tests/test_replay.py). What it cannot give is time: the
-target's cost is what `xvocab.cost` measures.
+target's cost is what `xvocab.measure.cost` measures.
 
 Invariant: positions off the recorded text (after a rejected proposal token, or past the recording's end) are
 never read as the target's choice by greedy (or coupled exact-match) verification, so their rows (uniform)
@@ -26,7 +26,8 @@ a real target's choices past the stop are not recorded, so proposal tokens there
 output are unaffected).
 
 Sampling (temperature > 0) replays only where verification is an exact match on shared noise: coupled slem (and
-coupled ar) with coupling="gumbel" (xvocab.coupling). There the target's sample at each position is a race on
+coupled ar) with coupling="gumbel" (xvocab.verification.coupling).
+There the target's sample at each position is a race on
 the tape's noise for that position, a function of the seed and the prefix; a coupled run's recording holds those
 samples, and the replayed target puts all its mass on them (one-hot rows), so its race returns the recorded token
 for any noise while the draft races on the same tape as in the real run. The rejection-sampling algorithms (tli,
@@ -38,7 +39,7 @@ import torch
 
 from xvocab import algorithms
 from xvocab.errors import ConfigError
-from xvocab.pair import output_vocab
+from xvocab.runtime.kv import output_vocab
 
 LOST = 0.0  # the logit of every id at a position off the recorded text: a uniform row, never read as a choice
 OFF = float("-inf")  # the logit of every other id at a position on it: the recorded id has all the mass (p one-hot)
@@ -111,8 +112,8 @@ def replay(prompt: str, continuation: list[int], *, like, target_tokenizer, draf
     and the recording's `seed`, `top_k`, `top_p`; the module docstring says why), at any `draft_temperature`.
     `draft_window` (as xvocab.generate's) cuts only the draft's prompt: the replayed target reads all of it.
     Raises ReplayMismatch if the output is not `continuation`."""
-    from xvocab.engine import generate
-    from xvocab.pair import prepare
+    from xvocab.decode.engine import generate
+    from xvocab.decode.pair import prepare
 
     if temperature > 0 and (coupling != "gumbel" or not algorithms.get(algorithm).couples):
         raise ConfigError(f"a replay at temperature {temperature} needs exact-match verification on shared noise: "

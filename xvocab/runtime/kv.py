@@ -18,7 +18,7 @@ import torch
 
 from xvocab.alignment.translate import common_prefix_length
 from xvocab.errors import ConfigError, ContextFullError, UnsupportedModelError
-from xvocab.packed_linear import packed_linears
+from xvocab.runtime.packed_linear import packed_linears
 
 
 def check_rollback(model) -> None:
@@ -53,6 +53,16 @@ def context_limit(model) -> int | None:
     the one place both loops and every decoder read it from."""
     limit = getattr(text_config(model), "max_position_embeddings", None)
     return int(limit) if limit else None
+
+
+def output_vocab(model) -> int:
+    """Rows of a model's output head (may exceed its tokenizer: padded checkpoints)."""
+    return model.get_output_embeddings().weight.shape[0]
+
+
+def head_device(model):
+    """Where a model's logits land (the last GPU under a device_map)."""
+    return model.get_output_embeddings().weight.device
 
 
 # transformers 5.24 renamed the forward's KV-cache argument from `past_key_values` to `cache`; vLLM's CPU build pins
@@ -237,7 +247,8 @@ class Decoder:
 
 
 class OneRow:
-    """A Decoder driven through the decode loop's decoder interface (xvocab.loop, as xvocab.batch_kv.BatchDecoder
+    """A Decoder driven through the decode loop's decoder interface (xvocab.decode.loop, as
+    xvocab.runtime.batch_kv.BatchDecoder
     is) as a batch of one row, slot 0: how `xvocab.generate` decodes a single prompt over transformers' own cache.
 
     `prefill` computes nothing: the row's first step feeds the prompt and its first proposal in one forward, as a

@@ -1,17 +1,18 @@
 """`xvocab.generate`: one prompt continued by the target, drafted through an algorithm; lossless for every one.
 
-One of the two doors to the decode loop (xvocab.loop; the other is xvocab.batch.generate_batch): a single prompt
-is a batch of one, decoded over xvocab.kv.Decoder (transformers' own cache, the reference) or, with
+One of the two doors to the decode loop (xvocab.decode.loop; the other is xvocab.decode.batch.generate_batch): a single
+prompt is a batch of one, decoded over xvocab.runtime.kv.Decoder (transformers' own cache, the reference) or, with
 cache="graph", over the batch's fixed-shape decoder.
 """
 from __future__ import annotations
 
-from xvocab import defaults, loop
-from xvocab.batch_kv import pooled
+from xvocab import defaults
+from xvocab.decode import loop
+from xvocab.decode.rounds import ALGORITHMS, Output
 from xvocab.errors import ConfigError
-from xvocab.kv import CACHES, Decoder, OneRow
-from xvocab.rounds import ALGORITHMS, Output
-from xvocab.sampling import SamplingParams
+from xvocab.runtime.batch_kv import pooled
+from xvocab.runtime.kv import CACHES, Decoder, OneRow
+from xvocab.verification.sampling import SamplingParams
 
 __all__ = ["ALGORITHMS", "Output", "generate"]
 
@@ -43,7 +44,7 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
     match, as vLLM drafts). Ignored at temperature 0 (the draft is greedy there).
 
     `coupling` (sampling with `slem` or `ar`): "gumbel" makes the target sample each position as a race on
-    noise drawn per position (xvocab.coupling.NoiseTape) and SLEM's draft propose on the same noise, so its
+    noise drawn per position (xvocab.verification.coupling.NoiseTape) and SLEM's draft propose on the same noise, so its
     proposals match the target's samples far more often; the output is then a function of the seed alone
     (coupled slem = coupled ar, token for token) and still follows the target. "none": independent draws.
 
@@ -51,11 +52,11 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
     the first token whose generated text contains one; that token is kept, and the text is not cut (the caller
     cuts it where it wants). Like EOS, where a sequence ends depends on its tokens alone: lossless.
 
-    `cache` is where both models keep their states (xvocab.kv.Decoder): `dynamic` (transformers'
+    `cache` is where both models keep their states (xvocab.runtime.kv.Decoder): `dynamic` (transformers'
     DynamicCache, the reference) or `static` (pre-allocated buffers rolled back by length: the shapes
     CUDA graphs need) or `graph` (steps of a few fixed shapes over such buffers, each captured once as a CUDA
-    graph and replayed on a GPU: xvocab.batch_kv.BatchDecoder; run eagerly elsewhere). Same output either way.
-    With `cache="graph"`, `decoders` (an xvocab.batch_kv.DecoderPool) keeps the decoders and their captured
+    graph and replayed on a GPU: xvocab.runtime.batch_kv.BatchDecoder; run eagerly elsewhere). Same output either way.
+    With `cache="graph"`, `decoders` (an xvocab.runtime.batch_kv.DecoderPool) keeps the decoders and their captured
     graphs for the next call (pass the same pool to every call over the same models).
     """
     if cache not in CACHES + ("graph",):

@@ -1,12 +1,13 @@
-"""The commit step both decoding loops share: what a verified round adds to a sequence, and how both sides follow.
+"""The commit step the decode loop and the vLLM proposer share: what a verified round adds to a sequence, and how both
+sides follow.
 
 What: `commit` takes the tokens one round verified (the accepted proposals and the target's own token), keeps
 those up to the sequence's end (an EOS id, a stop string, or the token budget), appends them to the output,
 releases the noise tape up to there, moves the target's stream past them and re-syncs the draft to the new
-text. `Stop` is the end rule (a pair gives it: xvocab.pair.Pair.stop_rule): the first token that is an EOS id,
-or whose prefix's text first contains a stop string.
+text, by the pair's end rule (xvocab.decode.pair.Stop, from Pair.stop_rule): the first token that is an EOS id, or
+whose prefix's text first contains a stop string.
 
-Why here: the decode loop (xvocab.loop) and xvocab.vllm's proposer both follow a commit: the end rule and what
+Why here: the decode loop (xvocab.decode.loop) and xvocab.vllm's proposer both follow a commit: the end rule and what
 follows it are written once, below both.
 
 Invariant (lossless): where a sequence ends depends on its tokens alone, never on how they were proposed:
@@ -15,11 +16,9 @@ rounds of one token each (`ar`) would.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
 from xvocab.algorithms.common import DraftContext, Side
 from xvocab.alignment.translate import common_prefix_length
+from xvocab.decode.pair import Stop
 from xvocab.errors import ConfigError
 
 
@@ -32,26 +31,6 @@ def check_stop(stop) -> tuple[str, ...]:
         raise ConfigError(f"stop={stop!r}: pass a string or a list of non-empty strings (the text that ends a "
                           f"completion, e.g. ['\\ndef ', '\\nclass ']), or None")
     return tuple(strings)
-
-
-@dataclass(frozen=True)
-class Stop:
-    """Where a sequence ends: after the first token in `eos`, or after the first token whose generated text
-    (`decode` of the output so far, the prompt excluded) contains one of `strings`."""
-    eos: frozenset[int]
-    strings: tuple[str, ...] = ()
-    decode: Callable[[list[int]], str] | None = None
-
-    def cut(self, out: list[int], new: list[int]) -> int | None:
-        """How many tokens of `new` to keep if the sequence ends inside it (`out` is what came before), else None."""
-        for i, token in enumerate(new):
-            if token in self.eos:
-                return i + 1
-            if self.strings:
-                text = self.decode(out + new[: i + 1])
-                if any(s in text for s in self.strings):
-                    return i + 1
-        return None
 
 
 def commit(out: list[int], new: list[int], *, max_new_tokens: int, stop: Stop, t_side: Side, d_side: Side,

@@ -29,8 +29,8 @@ def equals_ar_by_construction(config: dict) -> bool:
     """Whether a record made at sweep point `config` must hold exactly the tokens `ar` emits at that point (so the
     runner and the report check `equals_ar`): every greedy algorithm (each is lossless), and at T > 0 slem with
     coupling=gumbel, which races `ar coupling=gumbel` on the same noise tape (same seed, same prompt index) and
-    emits the target's own samples, whatever it drafts (xvocab.coupling). Other sampled rows are other samples of
-    the same distribution: tests/test_distributions.py proves those."""
+    emits the target's own samples, whatever it drafts (xvocab.verification.coupling). Other sampled rows are other
+    samples of the same distribution: tests/test_distributions.py proves those."""
     from xvocab import algorithms  # (here: reading and writing records needs no model code)
 
     spec = algorithms.get(config["algorithm"])

@@ -13,7 +13,7 @@ Two rules, each lossless (output ~ p, the target's distribution):
   (Leviathan et al. 2023, Chen et al. 2023).
 * `exact_match_verify` (SLEM): the target draws its own token t_i ~ p_i; c_i is accepted
   iff it equals t_i. Needs no draft probabilities. `coupled_exact_match_verify` draws t_i by a race
-  on noise the drafter may also have read (xvocab.coupling).
+  on noise the drafter may also have read (xvocab.verification.coupling).
 
 At temperature 0 both reduce to `greedy_verify`: p and r are one-hot, so a proposal is
 accepted iff it is the target's argmax, and the next token is the argmax where they
@@ -23,15 +23,15 @@ Each has a readable per-position form beside the vectorized path; both consume t
 generator identically, so tests compare them draw for draw. On a CPU the engine runs the
 per-position forms over `ProbRows`, forming the target's rows only up to the first
 rejection; the vectorized ones suit accelerators (`rejection_verify` reads the device twice: whether and where
-a proposal was rejected, then the token drawn; `greedy_verify` once, xvocab.host).
+a proposal was rejected, then the token drawn; `greedy_verify` once, xvocab.runtime.host).
 """
 from __future__ import annotations
 
 import torch
 
-from xvocab.coupling import NoiseTape, race
-from xvocab.host import argmax_ids
-from xvocab.sampling import ProbRows, inverse_cdf, sample, uniforms
+from xvocab.runtime.host import argmax_ids
+from xvocab.verification.coupling import NoiseTape, race
+from xvocab.verification.sampling import ProbRows, inverse_cdf, sample, uniforms
 
 
 def rejection_verify(target_probs: torch.Tensor,   # [n + 1, V] p at each proposed position and the bonus
@@ -98,7 +98,7 @@ def coupled_exact_match_verify(target_probs: torch.Tensor | ProbRows,  # [n + 1,
                                proposed: torch.Tensor,                  # [n] long
                                tape: NoiseTape, position: int) -> tuple[int, int]:
     """`exact_match_verify` with the target sampling position `position + i` as the race on the tape's noise
-    there (xvocab.coupling): no generator is read, so the emitted tokens depend on the tape alone."""
+    there (xvocab.verification.coupling): no generator is read, so the emitted tokens depend on the tape alone."""
     n = proposed.shape[0]
     wanted = proposed.tolist()
     for i in range(n + 1):
@@ -121,7 +121,7 @@ def greedy_verify(target_logits: torch.Tensor,  # [n + 1, V]
                   ) -> tuple[int, int]:
     """(number accepted, next token id) at temperature 0: keep proposals while they equal the argmax.
 
-    The target's n + 1 choices are computed on the device and read once (xvocab.host: the verification's one
+    The target's n + 1 choices are computed on the device and read once (xvocab.runtime.host: the verification's one
     blocking transfer); the comparison runs on the host, which already knows the proposal."""
     assert target_logits.ndim == 2 and target_logits.shape[0] == len(proposed) + 1
     return greedy_match(argmax_ids(target_logits), list(proposed))

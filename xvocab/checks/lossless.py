@@ -20,9 +20,9 @@ import collections
 import torch
 from scipy.stats import chisquare
 
+from xvocab.alignment.roles import prompt_ids
 from xvocab.errors import ConfigError
-from xvocab.roles import prompt_ids
-from xvocab.sampling import SamplingParams, logits_to_probs
+from xvocab.verification.sampling import SamplingParams, logits_to_probs
 
 ALPHA = 1e-6          # per test: the chance a lossless sampler fails it
 N = 400               # sampled sequences per test (power: tests/test_distributions.py's test_power_statement)
@@ -71,8 +71,8 @@ def sampled_counts(models, algorithm: str, params: SamplingParams, *, prompt: st
     tokenizer) by `algorithm`: one `generate` call per seed 0..n-1, or with batch > 0 through `generate_batch`
     in batches of that many rows (row i of a batch seeded seed + i: the same seeds), with a fresh `policy()` per
     batch if given. `taus`, if given, receives each sequence's tau (how often the draft was accepted)."""
-    from xvocab.batch import generate_batch
-    from xvocab.engine import generate
+    from xvocab.decode.batch import generate_batch
+    from xvocab.decode.engine import generate
 
     target, tt, draft, dt = models
     kw = dict(target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt, algorithm=algorithm, k=k,

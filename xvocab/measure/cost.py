@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from xvocab.kv import Decoder
+from xvocab.runtime.kv import Decoder
 
 
 def sync(device: torch.device) -> None:

@@ -2,7 +2,7 @@
 
 A decode draws on up to three torch.Generators: the target's sampler (verification, the bonus token), the
 draft's (its proposals, where the draft sits on another device than the target's logits; on one device it
-draws from the target's generator), and the noise tape of coupling="gumbel" (xvocab.coupling.NoiseTape).
+draws from the target's generator), and the noise tape of coupling="gumbel" (xvocab.verification.coupling.NoiseTape).
 
 * target: `seed` itself, so a seed means what it always meant (the outputs recorded so far are unchanged).
 * draft: the first 63 bits of sha256("xvocab draft <seed>"): apart from every prompt's target seed (it

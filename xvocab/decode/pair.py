@@ -7,12 +7,12 @@ vocabulary, the codec the draft side encodes text with (`native`, or `aligned` t
 segmentation), and the per-pair id tables the drafters use (TLI's intersection, SLRS's first-token map, the
 EOS role), on the draft's device. The Pair then encodes both prompts (`target_prompt`, `draft_prompt`),
 checks a request against the context (`check_context`), gives the end rule (`stop_rule`) and decodes the
-output (`decode`): the decode loop (xvocab.loop) never touches a tokenizer.
+output (`decode`): the decode loop (xvocab.decode.loop) never touches a tokenizer.
 
 Why here: these all follow from the tokenizers, the models' head widths and configs, and the draft
 encoding, and not from the prompt. Built in one place below the loops, they read them and prepare nothing.
 The expensive parts (codecs, intersections, tables: seconds for a 262k vocabulary) are cached per pair
-where they are built (xvocab.tokens, xvocab.alignment), so preparing a pair again for the next prompt costs
+where they are built (xvocab.alignment.tokens, xvocab.alignment), so preparing a pair again for the next prompt costs
 microseconds.
 
 Invariant: a prepared pair depends only on (tokenizers, head widths, EOS ids, context limit, encoding,
@@ -22,26 +22,36 @@ and whether the vocabularies are one is worked out once per call (tests/test_pai
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from xvocab import algorithms
 from xvocab.alignment.aligned import ENCODINGS, AlignedCodec, draft_codec, model_encoding
+from xvocab.alignment.roles import eos_ids, prompt_ids, special_prefix
 from xvocab.alignment.tables import PairTables, pair_tables, same_vocabulary
-from xvocab.commit import Stop
+from xvocab.alignment.tokens import ByteCodec, codec
 from xvocab.errors import ConfigError, VocabularyMismatchError
-from xvocab.kv import context_limit
-from xvocab.roles import eos_ids, prompt_ids, special_prefix
-from xvocab.tokens import ByteCodec, codec
+from xvocab.runtime.kv import context_limit, head_device, output_vocab
 
 
-def output_vocab(model) -> int:
-    """Rows of a model's output head (may exceed its tokenizer: padded checkpoints)."""
-    return model.get_output_embeddings().weight.shape[0]
+@dataclass(frozen=True)
+class Stop:
+    """Where a sequence ends: after the first token in `eos`, or after the first token whose generated text
+    (`decode` of the output so far, the prompt excluded) contains one of `strings`."""
+    eos: frozenset[int]
+    strings: tuple[str, ...] = ()
+    decode: Callable[[list[int]], str] | None = None
 
-
-def head_device(model):
-    """Where a model's logits land (the last GPU under a device_map)."""
-    return model.get_output_embeddings().weight.device
+    def cut(self, out: list[int], new: list[int]) -> int | None:
+        """How many tokens of `new` to keep if the sequence ends inside it (`out` is what came before), else None."""
+        for i, token in enumerate(new):
+            if token in self.eos:
+                return i + 1
+            if self.strings:
+                text = self.decode(out + new[: i + 1])
+                if any(s in text for s in self.strings):
+                    return i + 1
+        return None
 
 
 @dataclass(frozen=True, eq=False)
@@ -62,7 +72,7 @@ class Pair:
         """The ids the draft starts from: its special prefix, then the prompt, or only the prompt's last `window`
         ids (0: all). A window bounds what a long document costs the draft (its prefill, and each forward's
         attention) without changing any output: the draft conditions proposals, the target verifies them, and
-        the continuation the draft follows is synced by text (xvocab.commit), whatever its prompt was."""
+        the continuation the draft follows is synced by text (xvocab.decode.commit), whatever its prompt was."""
         aligned = self.draft_codec if isinstance(self.draft_codec, AlignedCodec) else None
         ids = prompt_ids(self.draft_tokenizer, prompt, aligned)
         n_prefix = len(special_prefix(self.draft_tokenizer))
@@ -118,22 +128,23 @@ def prepare_for_target(target_tokenizer, eos: tuple[int, ...], target_vocab: int
         raise ConfigError(f"draft_encoding={draft_encoding!r}; choose one of {', '.join(ENCODINGS)} "
                           f"(or None: the draft's own)")
     check_tokenizer("target", target_tokenizer)
-    base = dict(target_tokenizer=target_tokenizer, target_codec=codec(target_tokenizer), eos=frozenset(eos),
-                context=context)
+    t_codec = codec(target_tokenizer)  # each side's codec built once here (cached per tokenizer) and passed down
+    base = dict(target_tokenizer=target_tokenizer, target_codec=t_codec, eos=frozenset(eos), context=context)
     if draft is None:
         return Pair(**base)
     check_tokenizer("draft", draft_tokenizer)
-    same = same_vocabulary(target_tokenizer, draft_tokenizer)  # the one time per call (module docstring)
+    d_codec = codec(draft_tokenizer)
+    same = same_vocabulary(t_codec, d_codec)
     spec = algorithms.get(algorithm) if algorithm is not None else None
     if spec is not None and spec.one_vocabulary and not same:
         raise VocabularyMismatchError(f"algorithm {algorithm!r} needs one shared vocabulary but the tokenizers "
                                       f"differ; use one of {', '.join(algorithms.names(cross_vocabulary=True))} "
                                       f"for heterogeneous vocabularies")
     encoding = "native" if same else draft_encoding or model_encoding(draft)
-    tables = pair_tables(target_tokenizer, draft_tokenizer, target_vocab, output_vocab(draft),
-                         tuple(eos), eos_ids(draft, draft_tokenizer), same=same)
+    tables = pair_tables(t_codec, d_codec, target_vocab, output_vocab(draft), tuple(eos),
+                         eos_ids(draft, draft_tokenizer), same=same)
     tables = tables.to(head_device(draft))
     for name in spec.tables if spec is not None else ():  # built now, not inside the first timed decode
         tables.table(name)
     return Pair(**base, draft_tokenizer=draft_tokenizer, same_vocab=same,
-                draft_codec=draft_codec(target_tokenizer, draft_tokenizer, encoding), tables=tables)
+                draft_codec=draft_codec(t_codec, d_codec, encoding), tables=tables)

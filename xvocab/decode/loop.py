@@ -5,25 +5,25 @@
                  draft sequences they ask about go through ONE draft forward per drafting step
                  (`draft_in_lockstep`), until every row has its proposal (rows propose different numbers of ids)
       verifying: ONE target forward over every row's pending ids + proposal (ragged), then each row's proposal
-                 is verified (xvocab.rounds.verify_proposal) with that row's own generator; rows accept different
-                 counts, commit (xvocab.commit: cut at EOS or a stop string, the draft re-synced to the new text)
+                 is verified (rounds.verify_proposal) with that row's own generator; rows accept different counts,
+                 commit (commit.py: cut at EOS or a stop string, the draft re-synced to the new text)
                  and finish at their own end, a finished row's slot going to the next waiting prompt.
 
 `xvocab.generate` (one prompt) and `xvocab.generate_batch` (many) are two doors to this loop; they differ only in
 the decoders they hand it. A decoder answers `step({slot: (full_ids, extra)})` with each slot's logits after
 `full_ids` and after each id of `extra`, and holds its own KV cache:
 
-    one prompt, cache "dynamic" | "static"   xvocab.kv.OneRow over xvocab.kv.Decoder: transformers' own cache, one
+    one prompt, cache "dynamic" | "static"   runtime.kv.OneRow over runtime.kv.Decoder: transformers' own cache, one
                                               sequence; the slow, obviously correct reference
-    many prompts, or cache "graph"            xvocab.batch_kv.BatchDecoder: every row in one buffer per layer, steps
+    many prompts, or cache "graph"            runtime.batch_kv.BatchDecoder: every row in one buffer per layer, steps
                                               of fixed shapes replayed from CUDA graphs on a GPU
 
 The loop knows nothing of how proposals are made (xvocab.algorithms) nor of how text is aligned
 (xvocab.alignment); `ar` is the empty proposal, so the baseline runs through this same loop.
 
 Invariant: row i is decoded as it would be alone with seed = seeds[i]: the same drafter code, verification rule
-and random streams (at most three torch.Generators per row, each derived from its seed: xvocab.seeds), and logits
-that differ between the two decoders only by float reassociation in batched matmuls. So greedy rows equal the
+and random streams (at most three torch.Generators per row, each derived from its seed: verification.seeds), and
+logits that differ between the two decoders only by float reassociation in batched matmuls. So greedy rows equal the
 reference exactly (tests/test_batch.py), and sampled rows follow the target's distribution (the distribution
 tests run through both decoders).
 """
@@ -35,15 +35,17 @@ from dataclasses import dataclass, field
 
 import torch
 
-from xvocab import algorithms, rounds
+from xvocab import algorithms
 from xvocab.algorithms import DRAFTERS, DraftContext, Proposal
 from xvocab.algorithms.common import Side
-from xvocab.commit import check_stop, commit
+from xvocab.decode import rounds
+from xvocab.decode.commit import check_stop, commit
+from xvocab.decode.pair import Pair, prepare
 from xvocab.errors import ConfigError
-from xvocab.pair import Pair, head_device, prepare
-from xvocab.sampling import SamplingParams
-from xvocab.seeds import draft_seed
-from xvocab.stats import Stats
+from xvocab.measure.stats import Stats
+from xvocab.runtime.kv import head_device
+from xvocab.verification.sampling import SamplingParams
+from xvocab.verification.seeds import draft_seed
 
 # make_decoder(role, model, rows, capacity) -> a decoder (module docstring); role is "target" or "draft", capacity
 # the positions one row can need (prompt, new tokens, a proposal: a static cache grows past it if it must)
@@ -93,7 +95,7 @@ def decode(prompts: list[str], *, target, target_tokenizer, draft, draft_tokeniz
     rows = []
     for i, (prompt, t_prompt) in enumerate(zip(prompts, t_prompts)):
         generator = torch.Generator(device=device).manual_seed(seeds[i])
-        # Drafting draws from its own generator on the draft's device (a stream of its own: xvocab.seeds).
+        # Drafting draws from its own generator on the draft's device (a stream of its own: xvocab.verification.seeds).
         draft_generator = (generator if d_device == device
                            else torch.Generator(device=d_device).manual_seed(draft_seed(seeds[i])))
         t_side = Side(pair.target_codec, t_prompt)
