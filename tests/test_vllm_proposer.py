@@ -221,7 +221,7 @@ def test_the_draft_reads_the_prompts_text_and_shared_specials_never_an_unk(pairs
 @pytest.mark.parametrize("settings, match", [
     (dict(), "no draft model named"),
     (dict(draft="x", colour="red"), r"unknown key\(s\) \['colour'\]"),
-    (dict(draft="x", algorithm="slrs"), "psi, a distribution"),
+    (dict(draft="x", algorithm="slrs"), "verifies against a distribution"),
     (dict(draft="x", algorithm="sd"), "vLLM's own draft_model"),
     (dict(draft="x", draft_encoding="utf8"), "draft_encoding='utf8'"),
     (dict(draft="x", draft_confidence=2), r"outside \[0, 1\]"),
