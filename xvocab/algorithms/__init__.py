@@ -4,7 +4,7 @@ Each file defines `draft(ctx, k)`, a generator returning a Proposal (it yields t
 it needs: xvocab.algorithms.common), and `ALGORITHM`, its entry: how its proposals are verified, whether it reads
 a draft, can be coupled or needs one vocabulary, which pair tables it reads, and its negative control
 (xvocab.algorithms.common.Algorithm). REGISTRY lists them, one line each; everything outside this package knows
-algorithms only through it (the loops, xvocab.decode.pair, xvocab.measure.records, the sweeps, the benchmarks and the
+algorithms only through it (the loop, xvocab.decode.pair, xvocab.measure.records, the sweeps, the benchmarks and the
 test suites). Adding an algorithm is its file, its line below and conf/algorithm/<name>.yaml (README, "Adding an
 algorithm"; tests/test_registry.py checks each entry against its drafter and the suites).
 

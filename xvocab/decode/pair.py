@@ -1,4 +1,4 @@
-"""A (target, draft) pair prepared once for decoding: the one owner of what both loops need to know of the two
+"""A (target, draft) pair prepared once for decoding: the one owner of what the loop needs to know of the two
 tokenizers and models, other than the decode state itself.
 
 What: `prepare` checks the tokenizers (given, fast, one shared vocabulary where the algorithm needs it) and
@@ -10,7 +10,7 @@ checks a request against the context (`check_context`), gives the end rule (`sto
 output (`decode`): the decode loop (xvocab.decode.loop) never touches a tokenizer.
 
 Why here: these all follow from the tokenizers, the models' head widths and configs, and the draft
-encoding, and not from the prompt. Built in one place below the loops, they read them and prepare nothing.
+encoding, and not from the prompt. Built in one place below the loop, which reads them and prepares nothing.
 The expensive parts (codecs, intersections, tables: seconds for a 262k vocabulary) are cached per pair
 where they are built (xvocab.alignment.tokens, xvocab.alignment), so preparing a pair again for the next prompt costs
 microseconds.

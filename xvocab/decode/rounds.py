@@ -1,4 +1,4 @@
-"""What one round of decoding is, below both loops: the checks before it, the sampling its draft proposes with, the
+"""What one round of decoding is, below the loop: the checks before it, the sampling its draft proposes with, the
 noise tape, the verification of a proposal, and a decode's output.
 
 What: `validate` refuses a bad request before any model runs (the tokenizers and the context are the pair's to

@@ -50,7 +50,7 @@ def text_config(model):
 
 def context_limit(model) -> int | None:
     """The positions the model was trained on (its text config's max_position_embeddings), or None if unstated:
-    the one place both loops and every decoder read it from."""
+    the one place the loop and every decoder read it from."""
     limit = getattr(text_config(model), "max_position_embeddings", None)
     return int(limit) if limit else None
 
