@@ -44,7 +44,8 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
     this many rows at once, a finished row's slot going to the next prompt (default: every prompt at once).
     `on_finish(i, output, seconds)` is called as row i finishes, `seconds` after the call began (a runner
     writes its records then). Returns one Output per prompt, in order; each Output's stats are that row's (its
-    wall time runs from its slot to its last token). `cache`, as generate's: "dynamic" and "static" are the same
+    wall time runs to its last token from the call's start for the rows decoded from the first round, as generate's
+    does, else from the moment it took its slot). `cache`, as generate's: "dynamic" and "static" are the same
     here (every row's states in one preallocated buffer per layer), "graph" steps of fixed shapes, replayed from
     CUDA graphs on a GPU (xvocab.runtime.batch_kv.BatchDecoder); the same outputs. `decoders` (an
     xvocab.runtime.batch_kv.DecoderPool)
