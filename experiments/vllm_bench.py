@@ -8,9 +8,9 @@ order rotating from prompt to prompt, so a machine that drifts moves every varia
 every engine at once (`--hold`), the variants run in groups, each group interleaved with vLLM's ar, and every
 ratio is taken against the ar of its own group. Where it holds only one (`--hold 1`: float32 1.5B targets on 23 GiB),
 the prompts run in `--blocks` blocks and each engine runs a block alone, ar's included, so a prompt's ratio compares
-decodes minutes apart (the report says which mode each run used). One JSON line per (variant, prompt) goes to `<out>/records.jsonl`
-(xvocab.measure.records: atomic, resumable: a rerun skips what is there), with the CPU, versions and git revision;
-`python -m experiments.vllm_bench --report <out>` prints and writes the table (`<out>/table.md`) and a figure.
+decodes minutes apart (the report says which mode each run used). One JSON line per (variant, prompt) goes to
+`<out>/records.jsonl` (xvocab.measure.records: atomic, resumable: a rerun skips what is there), with the CPU, versions
+and git revision; `python -m experiments.vllm_bench --report <out>` prints and writes the table (`<out>/table.md`) and a figure.
 
 Variants (`--variants`; DRAFT a zoo name, drafter name or directory):
     ar                   vLLM alone (the baseline of every ratio)
@@ -113,11 +113,9 @@ def _engine(spec: str, args) -> tuple:
             out = xvocab.generate(text, target=target, target_tokenizer=tt, algorithm=algorithm, k=k,
                                   max_new_tokens=args.max_new_tokens, stop=list(STOP), **kw)
             s = out.stats
-            drafts = sum(1 for n in s.proposed if n)  # vLLM's definition: accepted at position i over drafts
-            per_draft = [sum(a > i for a in s.accepted) / drafts for i in range(max(s.proposed, default=0))] \
-                if drafts else []
             return dict(token_ids=out.token_ids, seconds=time.perf_counter() - start, ttft=s.ttft_seconds,
-                        tau=s.tau, per_position=per_draft, accepted_per_step=s.accepted, proposed_per_step=s.proposed)
+                        tau=s.tau, per_position=s.per_draft_acceptance, accepted_per_step=s.accepted,
+                        proposed_per_step=s.proposed)
         return run
 
     import vllm

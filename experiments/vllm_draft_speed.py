@@ -4,8 +4,8 @@ use, side by side. Run it with the vLLM environment's Python (make vllm-setup), 
 What: for each draft, two copies of the model held at once, one on torch's stock layers (float32 on
 xvocab.runtime.packed_linear) and one on vLLM's CPU GEMM kernels (xvocab.vllm.kernels, bfloat16/float16 only), each in
 an xvocab BatchDecoder as the proposer runs it (one row, the cache spanning the context). Each copy reads the same
-HumanEval prompt and then decodes greedily one token per forward; rounds rotate which copy goes first (experiments.sidebyside), so a
-machine that drifts moves both alike. Prints and writes (OUT/draft_speed.md and .jsonl, atomically) the median
+HumanEval prompt and then decodes greedily one token per forward; rounds rotate which copy goes first
+(experiments.sidebyside), so a machine that drifts moves both alike. Prints and writes (OUT/draft_speed.md and .jsonl, atomically) the median
 milliseconds per one-token forward per kernel and their ratio, with the CPU.
 
 Why: the draft's forward bounds the proposer's speedup (xvocab.vllm.kernels says by how much); this is the number

@@ -269,3 +269,19 @@ def test_draft_kernels_fall_back_to_torch_with_the_reason_or_are_refused_when_re
     assert used.startswith("torch (") and "float32" in used, used
     with pytest.raises(ConfigError, match="draft_kernels='vllm' cannot run here"):
         Proposer(vllm_config(target_dir, draft=str(draft_dir), draft_kernels="vllm")).load_model()
+
+
+def test_xvocabs_per_draft_acceptance_is_vllms_per_position_definition():
+    """The side by side reads xvocab's own loop in vLLM's definition (accepted at position i over drafts): the same
+    numbers xvocab.vllm.metrics.acceptance derives from vLLM's counters for the same rounds. Control: the per-proposal
+    rate (per_position_acceptance, over rounds that proposed i or more) is another number on the same history."""
+    from xvocab.measure.stats import Stats
+    from xvocab.vllm.metrics import acceptance
+
+    stats = Stats(k=4)
+    for proposed, accepted in [(4, 4), (4, 1), (2, 2), (0, 0)]:  # a round that proposed nothing is no draft
+        stats.record_step(proposed, accepted, first_token=False, now=0.0)
+    zero = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "per_position": []}
+    counters = {"drafts": 3, "draft_tokens": 10, "accepted": 7, "per_position": [3, 2, 1, 1]}
+    assert stats.per_draft_acceptance == acceptance(zero, counters, tokens=10)["per_position"] == [1, 2 / 3, 1 / 3, 1 / 3]
+    assert stats.per_position_acceptance != stats.per_draft_acceptance

@@ -228,6 +228,9 @@ def _model_vocab(model: dict):
                                     f"use a BPE or Unigram fast tokenizer (tokenizer.json)")
 
 
+_BYTE_PIECES = frozenset(f"<0x{b:02X}>" for b in range(256))  # SentencePiece's byte-fallback pieces
+
+
 @lru_cache(maxsize=32)
 def codec(tokenizer) -> ByteCodec:
     """The ByteCodec of a fast tokenizer (cached per tokenizer object)."""
@@ -258,8 +261,7 @@ def codec(tokenizer) -> ByteCodec:
         else:
             table.append(_piece_bytes(piece, kind, byte_fallback))
     prefix, raw = _prefix_and_raw(data)
-    vocab = tokenizer.get_vocab()
-    fallback = frozenset(vocab[f"<0x{b:02X}>"] for b in range(256) if f"<0x{b:02X}>" in vocab)
+    fallback = frozenset(i for i, piece in enumerate(pieces) if piece in _BYTE_PIECES)
     roles = (tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id)
     return ByteCodec(tuple(table), prefix, json.dumps(raw), fallback, roles)
 

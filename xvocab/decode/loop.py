@@ -65,7 +65,7 @@ class Row:
     drafting: bool
     out: list[int] = field(default_factory=list)
     slot: int | None = None   # its row in both decoders while it runs
-    start: float = 0.0        # when its clock starts (perf_counter): the call's start for the first rows admitted
+    start: float = 0.0        # when its clock starts (perf_counter): the call's start for the first `slots` rows
     wall: float = 0.0         # seconds from its start to its last token
     fed: tuple = (0, 0, 0)    # (target tokens, draft forwards, draft tokens) its slot had taken before it
     output: rounds.Output | None = None
@@ -95,7 +95,7 @@ def decode(prompts: list[str], *, target, target_tokenizer, draft, draft_tokeniz
     rows = []
     for i, (prompt, t_prompt) in enumerate(zip(prompts, t_prompts)):
         generator = torch.Generator(device=device).manual_seed(seeds[i])
-        # Drafting draws from its own generator on the draft's device (a stream of its own: xvocab.verification.seeds).
+        # Drafting draws from its own generator on the draft's device (a stream of its own: verification.seeds).
         draft_generator = (generator if d_device == device
                            else torch.Generator(device=d_device).manual_seed(draft_seed(seeds[i])))
         t_side = Side(pair.target_codec, t_prompt)
@@ -112,15 +112,14 @@ def decode(prompts: list[str], *, target, target_tokenizer, draft, draft_tokeniz
     end_rule = pair.stop_rule(stop)
     bar = _bar(progress, len(prompts) * max_new_tokens)
     waiting, free = list(rows), list(range(slots))
-    first = True
     while waiting or any(r.slot is not None for r in rows):
         admitted = []
         while waiting and free:
             r = waiting.pop(0)
-            r.slot, r.start = free.pop(0), wall0 if first else time.perf_counter()
+            # the first `slots` rows start with the call (as one prompt's decode does); later ones with their slot
+            r.slot, r.start = free.pop(0), wall0 if r.index < slots else time.perf_counter()
             r.fed = _slot_counts(r.slot, t_dec, d_dec)
             admitted.append(r)
-        first = False
         if admitted:
             # Prefill the newcomers in forwards of their own: inside a round, a prompt would pad every other
             # row's few tokens to its length (a ragged forward is as wide as its longest row). A decoder keeps

@@ -56,6 +56,14 @@ class Stats:
         return [kk / m if m else 0.0 for kk, m in zip(kept, made)]
 
     @property
+    def per_draft_acceptance(self) -> list[float]:
+        """Accepted at position i over the rounds that proposed anything: vLLM's spec_decode definition
+        (xvocab.vllm.metrics), where `per_position_acceptance` divides by the rounds that proposed i tokens or more."""
+        drafts = sum(1 for n in self.proposed if n)
+        width = max(self.proposed, default=0)
+        return [sum(a > i for a in self.accepted) / drafts for i in range(width)] if drafts else []
+
+    @property
     def tpot_seconds(self) -> float:
         rest = self.new_tokens - 1
         return (self.wall_seconds - self.ttft_seconds) / rest if rest > 0 else 0.0
