@@ -67,7 +67,7 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     server = subprocess.Popen([sys.executable] + command[1:], stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
-        _wait(args.port, server)
+        wait_healthy(args.port, server)
         ready = time.perf_counter() - start
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{args.port}/v1", api_key="none")
         target, tt = xvocab.zoo.model(args.target, dtype=args.dtype, device="cpu")
@@ -100,17 +100,18 @@ def main(argv=None) -> int:
     return 0 if all(checks) and counters.get("vllm:spec_decode_num_accepted_tokens_total", 0) > 0 else 1
 
 
-def _wait(port: int, server: subprocess.Popen, timeout: float = 600) -> None:
+def wait_healthy(port: int, server: subprocess.Popen, timeout: float = 900) -> None:
+    """Return once the server on 127.0.0.1:port answers /health; RuntimeError if it exits or stays silent."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         if server.poll() is not None:
-            raise SystemExit(f"vllm serve exited with {server.returncode}: see server.log")
+            raise RuntimeError(f"vllm serve exited with {server.returncode}: see its log")
         try:
             if urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).status == 200:
                 return
         except OSError:
             time.sleep(2)
-    raise SystemExit(f"vllm serve did not answer /health within {timeout:.0f} s")
+    raise RuntimeError(f"vllm serve did not answer /health within {timeout:.0f} s")
 
 
 if __name__ == "__main__":

@@ -57,14 +57,28 @@ def greedy_next(target, ids: list[int], proposal: list[int]) -> list[int]:
     return proposal[:n] + [choices[n]]
 
 
+class FakeRunner:
+    """What xvocab.vllm.requests.runner_batch reads off vLLM's V1 model runner: the caller of propose, holding the
+    batch's token array and request ids, and the step's scheduled draft length."""
+
+    def __init__(self, proposer):
+        self.drafter = proposer
+        self.input_batch = SimpleNamespace(token_ids_cpu=None, req_ids=[])
+
+    def propose_draft_token_ids(self, scheduler_output, sampled, counts, tokens):
+        self.input_batch.token_ids_cpu = tokens
+        return self.drafter.propose(sampled, counts, tokens)
+
+
 def run_engine(proposer, target, prompts: list[list[int]], max_new: int, *, shuffle_seed=None, preempt=None,
-               late: int = 0):
+               late: int = 0, identity: bool = False, num_spec=None):
     """Decode `prompts` greedily as vLLM's runner would call the proposer: one token array of rows, committed counts,
     each row's newly sampled ids. `shuffle_seed`: rows are permuted every step; `preempt`: {request: (step, steps)}
     sends a request away for some steps (it comes back with its ids, sampled nothing new); `late`: the last `late`
     prompts are admitted after the first step. Returns (outputs, target forwards per request). Checks at every
     step that the view serving each row holds exactly that row's committed ids (never another request's)."""
     rng = np.random.default_rng(shuffle_seed) if shuffle_seed is not None else None
+    runner = FakeRunner(proposer)
     seqs = {r: list(p) for r, p in enumerate(prompts)}
     new = {r: greedy_next(target, seqs[r], []) for r in seqs}  # the prefill's token
     out = {r: list(new[r]) for r in seqs}
@@ -85,10 +99,15 @@ def run_engine(proposer, target, prompts: list[list[int]], max_new: int, *, shuf
             ids = seqs[r] + out[r]
             tokens[i, :len(ids)], counts[i] = ids, len(ids)
             sampled.append(new.get(r, []))
-        proposals = proposer.propose(sampled, counts, tokens)
+        if identity:
+            runner.input_batch.req_ids = [f"req-{r}" for r in rows] + [None] * 3
+            proposals = runner.propose_draft_token_ids(SimpleNamespace(num_spec_tokens_to_schedule=num_spec),
+                                                       sampled, counts, tokens)
+        else:
+            proposals = proposer.propose(sampled, counts, tokens)
         assert len(proposals) == len(rows)
         for i, r in enumerate(rows):
-            slot = proposer.slots.last.get(i)
+            slot = proposer.requests.slot_of.get(f"req-{r}") if identity else proposer.slots.last.get(i)
             if sampled[i] and slot is not None:
                 assert proposer.slots.views[slot].target_ids() == seqs[r] + out[r]
         new = {}
@@ -114,20 +133,24 @@ def ar_outputs(target, tt, max_new):
             for r, p in enumerate(PROMPTS)}
 
 
+@pytest.mark.parametrize("tracking", ["identity", "content"])
 @pytest.mark.parametrize("algorithm", ["slem", "tli"])
 @pytest.mark.parametrize("pair", [pytest.param(p, marks=pytest.mark.slow) if "gemma-4" in p else p for p in PAIRS],
                          ids=lambda p: f"{p[0]}<-{p[1]}")
-def test_driven_as_vllm_drives_it_greedy_output_equals_ar_and_drafts_are_accepted(pairs, pair, algorithm):
+def test_driven_as_vllm_drives_it_greedy_output_equals_ar_and_drafts_are_accepted(pairs, pair, algorithm, tracking):
+    """Requests found by vLLM's ids (read off its runner) and by content (any other caller) alike."""
     target_dir, draft_dir = pairs[pair]
     target, tt = xvocab.zoo.model(str(target_dir))
-    proposer = Proposer(vllm_config(target_dir, draft=str(draft_dir), algorithm=algorithm))
+    proposer = Proposer(vllm_config(target_dir, draft=str(draft_dir), algorithm=algorithm, load_policy="off"))
     prompts = [prompt_ids(tt, p) for p in PROMPTS]
-    out, forwards = run_engine(proposer, target, prompts, 24)
+    out, forwards = run_engine(proposer, target, prompts, 24, identity=tracking == "identity")
     assert out == ar_outputs(target, tt, 24)
     tau = sum(map(len, out.values())) / sum(forwards.values())
     assert tau > 1.3, f"the draft was hardly accepted (tau {tau:.2f}): the check would exercise rejection only"
     stats = proposer.stats()
     assert stats["views_opened"] == len(PROMPTS) and stats["proposed_tokens"] > 0 and stats["draft_forwards"] > 0
+    assert stats["by_identity" if tracking == "identity" else "by_content"] == stats["steps"]
+    assert not stats["failures"] and stats["skipped"]["failed"] == 0
 
 
 def test_rows_that_move_preemption_and_late_requests_never_mix_requests(pairs, monkeypatch):
@@ -141,6 +164,11 @@ def test_rows_that_move_preemption_and_late_requests_never_mix_requests(pairs, m
     out, _ = run_engine(proposer, target, prompts, 24, shuffle_seed=0, preempt={1: (2, 2)}, late=2)
     assert out == want
     assert proposer.stats()["views_opened"] == len(PROMPTS)
+    # By vLLM's ids: a preempted request leaves vLLM's batch and gives its draft row back; resumed, it opens a new one.
+    proposer = Proposer(vllm_config(target_dir, draft=str(draft_dir)))
+    out, _ = run_engine(proposer, target, prompts, 24, shuffle_seed=0, preempt={1: (2, 2)}, late=2, identity=True)
+    assert out == want
+    assert proposer.stats()["views_opened"] == len(PROMPTS) + 1
     # Control: the check inside run_engine fails when rows are given each other's views and a view trusts the
     # request it is handed (follow without its head check): the request's state would be another's.
     import xvocab.vllm.proposer as module
@@ -174,10 +202,11 @@ def test_rows_that_move_preemption_and_late_requests_never_mix_requests(pairs, m
 def test_more_requests_than_draft_rows_decode_exactly_without_proposals(pairs):
     target_dir, draft_dir = pairs[PAIRS[0]]
     target, tt = xvocab.zoo.model(str(target_dir))
-    proposer = Proposer(vllm_config(target_dir, draft=str(draft_dir), max_rows=2))
-    out, _ = run_engine(proposer, target, [prompt_ids(tt, p) for p in PROMPTS], 12)
-    assert out == ar_outputs(target, tt, 12)
-    assert proposer.stats()["rows_without_slot"] > 0
+    for identity in (False, True):
+        proposer = Proposer(vllm_config(target_dir, draft=str(draft_dir), max_rows=2))
+        out, _ = run_engine(proposer, target, [prompt_ids(tt, p) for p in PROMPTS], 12, identity=identity)
+        assert out == ar_outputs(target, tt, 12)
+        assert proposer.stats()["skipped"]["no_row"] > 0
 
 
 def test_requests_sharing_a_prompt_keep_views_of_their_own(pairs):
@@ -285,3 +314,243 @@ def test_xvocabs_per_draft_acceptance_is_vllms_per_position_definition():
     counters = {"drafts": 3, "draft_tokens": 10, "accepted": 7, "per_position": [3, 2, 1, 1]}
     assert stats.per_draft_acceptance == acceptance(zero, counters, tokens=10)["per_position"] == [1, 2 / 3, 1 / 3, 1 / 3]
     assert stats.per_position_acceptance != stats.per_draft_acceptance
+
+
+# ---- serving: bad input never takes the engine down, bounded memory, prefill alone, the load policy ----
+
+def test_a_draft_with_nothing_to_read_waits_and_propose_never_raises(pairs):
+    """A prompt of specials the draft lacks (here a lone BOS: the qwen2 draft adds none) whose first sampled token is
+    EOS leaves the draft no token to predict after: no proposal for that request ("waiting_for_text"), proposals for
+    the others. Control: the same draft sequence sent to the draft's decoder is the engine-killing input (it raises)."""
+    target_dir, draft_dir = pairs[PAIRS[0]]
+    proposer = Proposer(vllm_config(target_dir, draft=str(draft_dir), load_policy="off"))
+    tt = proposer.target_tokenizer
+    bos, eos = tt.bos_token_id, proposer.eos[0]
+    text = prompt_ids(tt, "def fib(n):")
+    tokens = np.zeros((4, 512), dtype=np.int32)
+    tokens[0, :2] = [bos, eos]
+    tokens[1, :len(text) + 1] = text + [tt.encode(" return", add_special_tokens=False)[0]]
+    counts = np.array([2, len(text) + 1, 0, 0], dtype=np.int32)
+    runner = FakeRunner(proposer)
+    runner.input_batch.req_ids = ["special", "text", None, None]
+    out = runner.propose_draft_token_ids(None, [[eos], [int(tokens[1, len(text)])]], counts, tokens)
+    assert out[0] == [] and len(out[1]) > 0
+    stats = proposer.stats()
+    assert stats["skipped"]["waiting_for_text"] == 1 and not stats["failures"]
+    view = proposer.slots.views[proposer.requests.slot_of["special"]]
+    assert view.ctx.draft.full() == []
+    with pytest.raises(ValueError, match="full_ids is empty"):  # control: what reached the decoder before
+        proposer.decoder.decoder.step({0: (view.ctx.draft.full(), [])})
+
+
+def test_a_failure_for_one_request_is_no_proposal_for_it_alone_and_output_stays_exact(pairs, monkeypatch, caplog):
+    """A drafter that raises for one request, a draft forward that fails whenever that request is in it, and a failure
+    outside any request (the step itself): each becomes no proposal where it struck, counted by kind and logged
+    once; the other requests keep their proposals and every output equals ar. Control: with isolation off
+    (the library loop's mode) the same failure leaves draft_in_lockstep."""
+    import xvocab.vllm.proposer as module
+    from xvocab.decode.loop import draft_in_lockstep
+
+    target_dir, draft_dir = pairs[PAIRS[0]]
+    target, tt = xvocab.zoo.model(str(target_dir))
+    prompts = [prompt_ids(tt, p) for p in PROMPTS]
+    want = ar_outputs(target, tt, 16)
+    cursed = tuple(prompts[2])
+    slem = module.DRAFTERS["slem"]
+
+    def drafter(ctx, k):
+        if tuple(ctx.target.prompt[:len(cursed)]) == cursed:
+            raise RuntimeError("a drafter defect")
+        return slem(ctx, k)
+
+    monkeypatch.setitem(module.DRAFTERS, "slem", drafter)
+    proposer = Proposer(vllm_config(target_dir, draft=str(draft_dir), load_policy="off"))
+    with caplog.at_level("WARNING", logger="xvocab.vllm"):
+        out, _ = run_engine(proposer, target, prompts, 16, identity=True)
+    assert out == want
+    stats = proposer.stats()
+    assert stats["failures"]["drafter"] >= 2 and stats["proposed_tokens"] > 0
+    assert sum("drafter failed" in r.getMessage() for r in caplog.records) == 1  # logged once
+
+    monkeypatch.setitem(module.DRAFTERS, "slem", slem)
+    proposer = Proposer(vllm_config(target_dir, draft=str(draft_dir), load_policy="off"))
+    decoder = proposer.decoder.decoder
+    step = decoder.step
+
+    def failing_step(asks):
+        if any(tuple(seq[:3]) == tuple(proposer.slots.views[r].draft_ids()[:3]) and r == bad[0] for r, (seq, _) in
+               asks.items() if proposer.slots.views[r] is not None):
+            raise RuntimeError("a forward defect")
+        return step(asks)
+
+    bad = [None]
+    monkeypatch.setattr(decoder, "step", failing_step)
+    run_engine(proposer, target, prompts[:1], 2, identity=True)  # (req-0 takes slot 0)
+    bad[0] = 0
+    out, _ = run_engine(proposer, target, prompts, 16, identity=True)
+    assert out == want
+    assert proposer.stats()["failures"].get("drafting", 0) + proposer.stats()["failures"].get("draft prefill", 0) > 0
+
+    class Failing:  # a decoder whose forwards fail whenever row 1 is in them
+        limit, dropped = None, []
+
+        def step(self, asks):
+            if 1 in asks:
+                raise RuntimeError("a forward defect")
+            return {r: torch.zeros(1, 8) for r in asks}
+
+        def drop(self, row):
+            self.dropped.append(row)
+
+    def one_ask(ctx, k):
+        logits = yield [1, 2, 3]
+        return Proposal([int(logits.argmax())])
+
+    from xvocab.algorithms import Proposal
+
+    drafted = draft_in_lockstep({0: one_ask(None, 1), 1: one_ask(None, 1)}, Failing(), isolate=True)
+    assert drafted.proposals[0].ids == [0] and drafted.proposals[1].ids == [] and list(drafted.failed) == [1]
+    with pytest.raises(RuntimeError, match="a forward defect"):  # control: the loop's mode lets it out
+        draft_in_lockstep({0: one_ask(None, 1), 1: one_ask(None, 1)}, Failing())
+
+    monkeypatch.setattr(decoder, "step", step)
+    proposer = Proposer(vllm_config(target_dir, draft=str(draft_dir), load_policy="off"))
+    calls = [0]
+    choose = proposer.policy.choose
+
+    def flaky(batch):
+        calls[0] += 1
+        if calls[0] == 3:
+            raise RuntimeError("a step defect")
+        return choose(batch)
+
+    monkeypatch.setattr(proposer.policy, "choose", flaky)
+    out, _ = run_engine(proposer, target, prompts, 16, identity=True)
+    assert out == want
+    stats = proposer.stats()
+    assert stats["failures"] == {"propose": 1} and stats["proposed_tokens"] > 0
+
+
+def test_the_drafts_memory_stays_within_its_budget_and_requests_past_it_decode_exactly(pairs):
+    """A budget of a few hundred positions: the slab is sized once within it (fewer rows where it must), never grows,
+    and a request whose draft context passes its row decodes on without proposals, its output still ar's."""
+    from xvocab.vllm import budget
+
+    target_dir, draft_dir = pairs[PAIRS[0]]
+    target, tt = xvocab.zoo.model(str(target_dir))
+    probe = Proposer(vllm_config(target_dir, draft=str(draft_dir)))
+    per_token = probe.memory.bytes_per_token
+    gib = 2 * (budget.MIN_POSITIONS + 16) * per_token / budget.GIB  # two rows of a little over MIN_POSITIONS
+    proposer = Proposer(vllm_config(target_dir, draft=str(draft_dir), draft_memory_gib=gib, load_policy="off"))
+    assert proposer.rows == 2 and proposer.memory.cache_bytes <= proposer.memory.budget_bytes
+    long_prompt = prompt_ids(tt, "x = 1\n" * 50)  # past a row's positions for the draft
+    prompts = [prompt_ids(tt, p) for p in PROMPTS[:2]] + [long_prompt]
+    out, _ = run_engine(proposer, target, prompts, 12, identity=True)
+    want = {r: xvocab.generate(tt.decode(p[1:]) if p[:1] == [tt.bos_token_id] else tt.decode(p), target=target,
+                               target_tokenizer=tt, algorithm="ar", max_new_tokens=12).token_ids
+            for r, p in enumerate(prompts)}
+    assert out == want
+    stats = proposer.stats()
+    layers = proposer.decoder.decoder.cache.layers
+    held = sum(t.numel() * t.element_size() for layer in layers for t in (layer.keys, layer.values))
+    assert held == stats["draft_cache_bytes"] <= stats["draft_memory_budget_bytes"]
+    assert stats["skipped"]["draft_context_full"] > 0 and stats["proposed_tokens"] > 0
+    with pytest.raises(ConfigError, match="raise additional_config xvocab.draft_memory_gib"):
+        Proposer(vllm_config(target_dir, draft=str(draft_dir), draft_memory_gib=per_token * 10 / budget.GIB))
+
+
+def test_a_new_requests_draft_prefill_runs_alone_never_padded_across_decoding_rows(pairs, monkeypatch):
+    """Every draft forward with more than one row feeds each row a few tokens (a draft step, a re-sync): prompts are
+    prefilled in forwards of their own, a chunk at a time."""
+    from xvocab.alignment.translate import common_prefix_length
+
+    target_dir, draft_dir = pairs[PAIRS[0]]
+    target, tt = xvocab.zoo.model(str(target_dir))
+    proposer = Proposer(vllm_config(target_dir, draft=str(draft_dir), load_policy="off", prefill_chunk=16))
+    decoder = proposer.decoder.decoder
+    step, widest = decoder.step, []
+
+    def recording(asks):
+        feeds = [len(seq) - common_prefix_length(decoder.ids[r], seq) for r, (seq, _) in asks.items()]
+        widest.append((len(asks), max(feeds)))
+        return step(asks)
+
+    monkeypatch.setattr(decoder, "step", recording)
+    prompts = [prompt_ids(tt, p) for p in PROMPTS] + [prompt_ids(tt, "def g(x):\n" + "    y = x + 1\n" * 12)]
+    out, _ = run_engine(proposer, target, prompts, 16, identity=True, late=1)
+    assert out == ar_outputs(target, tt, 16) | {4: out[4]}
+    assert max(feed for rows, feed in widest if rows > 1) <= 8
+    assert max(feed for rows, feed in widest if rows == 1) <= 16
+    assert proposer.stats()["skipped"]["prefilling"] > 0
+
+
+def test_the_load_policy_fixed_lengths_and_vllms_scheduled_length_bound_what_is_proposed(pairs):
+    target_dir, draft_dir = pairs[PAIRS[0]]
+    target, tt = xvocab.zoo.model(str(target_dir))
+    prompts = [prompt_ids(tt, p) for p in PROMPTS]
+    want = ar_outputs(target, tt, 12)
+    proposer = Proposer(vllm_config(target_dir, draft=str(draft_dir), draft_lengths={"1": 4, "3": 0}))
+    out, _ = run_engine(proposer, target, prompts, 12, identity=True)
+    assert out == want
+    stats = proposer.stats()
+    assert stats["skipped"]["policy_off"] > 0 and stats["policy"]["mode"] == "fixed"
+    proposer = Proposer(vllm_config(target_dir, draft=str(draft_dir), load_policy="off"))
+    out, _ = run_engine(proposer, target, prompts, 12, identity=True, num_spec=2)
+    assert out == want
+    assert stats_max_proposal(proposer) <= 2 < 4  # vLLM's scheduled length, not num_speculative_tokens
+    with pytest.raises(ConfigError, match="draft_lengths="):
+        Proposer(vllm_config(target_dir, draft=str(draft_dir), draft_lengths={"1": 9}))
+
+
+def stats_max_proposal(proposer) -> int:
+    return max((v.proposed for v in proposer.slots.views if v is not None), default=0) if proposer.slots else 0
+
+
+def test_the_measured_policy_steps_aside_where_drafting_measures_slower_and_drafts_where_faster():
+    """Synthetic measurements: where a step with k proposals emits fewer tokens per second than a plain step, the
+    policy settles on 0 (and probes again every PROBE_EVERY steps); where it emits more, on k."""
+    from xvocab.vllm.policy import PROBE_EVERY, StepPolicy
+
+    for k_rate, settle in ((0.5, 0), (3.0, 4)):
+        policy = StepPolicy(4)
+        seen = []
+        for _ in range(6 * PROBE_EVERY):
+            arm = policy.choose(8)
+            seen.append(arm)
+            tokens = 8 * (1 + (k_rate - 1) * arm / 4)  # 8 rows; per second: plain 8, k=4 8 * k_rate
+            policy.observe(8, int(tokens), 1.0)
+        tail = seen[-4 * PROBE_EVERY:]
+        assert tail.count(settle) >= len(tail) - 5, (k_rate, tail)
+        assert len(set(tail)) > 1  # it keeps probing the other arms
+
+
+def test_the_sampler_repair_takes_vllms_arguments_by_position_or_any_keyword_and_only_where_the_defect_can_be():
+    """The repair's kernel reads its arguments as vLLM passes them, positionally or by keyword (`MAX_NUM_TOKENS=` in
+    newer vLLM); an unknown argument is an error, not a silent misreading. Without vLLM's CPU platform (here: no
+    vLLM) nothing is tested or registered."""
+    from xvocab.vllm import repairs
+
+    x, cu = torch.tensor([0.7, 1.3, 0.25]), torch.tensor([2, 5, 6], dtype=torch.int32)
+    want = x.repeat_interleave(torch.tensor([2, 3, 1]))
+    calls = [lambda out: repairs._expand(out, x, cu, -1, -1, 6),
+             lambda out: repairs._expand(out, x, cu, -1, -1, MAX_NUM_TOKENS=6),
+             lambda out: repairs._expand(output_ptr=out, input_ptr=x, cu_num_tokens_ptr=cu, replace_from=-1,
+                                         replace_to=-1, MAX_NUM_TOKENS=6)]
+    for call in calls:
+        out = torch.full((6,), -9.0)
+        call(out)
+        assert torch.equal(out, want)
+    with pytest.raises(TypeError, match="unknown argument 'BLOCK'"):
+        repairs._expand(torch.empty(6), x, cu, -1, -1, BLOCK=6)
+    assert repairs.check_and_repair() == [] and not repairs.defect_can_exist()
+
+
+def test_engine_args_refuse_vllms_second_model_runner_by_name(monkeypatch):
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    with pytest.raises(ConfigError, match="VLLM_USE_V2_MODEL_RUNNER=0"):
+        engine_args(draft="smollm2-135m")
+    from xvocab.vllm.settings import check_runner
+
+    with pytest.raises(ConfigError, match="VLLM_USE_V2_MODEL_RUNNER=0"):
+        check_runner(SimpleNamespace(use_v2_model_runner=True))
+    check_runner(SimpleNamespace(use_v2_model_runner=False))  # control: the V1 runner passes

@@ -194,46 +194,87 @@ def _draft_round(live: list[Row], algorithm: str, k: int, max_new_tokens: int, d
         else:
             calls[r.slot] = DRAFTERS[algorithm](r.ctx, budget)
     by_slot = {r.slot: r for r in live}
-    drafted, full = draft_in_lockstep(calls, d_dec)
-    for i in full:  # the draft's context is full: this row's target decodes on alone (still exact)
+    drafted = draft_in_lockstep(calls, d_dec)
+    for i in drafted.full:  # the draft's context is full: this row's target decodes on alone (still exact)
         by_slot[i].drafting, by_slot[i].stats.draft_stopped_at = False, len(by_slot[i].out)
-    for i, proposal in drafted.items():
+    for i, proposal in drafted.proposals.items():
         proposals[by_slot[i].index] = proposal
     for r in live:  # proposals past the last token still to emit are never used: the bonus token covers it
         proposals[r.index] = proposals[r.index].truncated(max_new_tokens - len(r.out) - 1)
     return proposals
 
 
-def draft_in_lockstep(calls: dict, d_dec) -> tuple[dict[int, Proposal], list[int]]:
+@dataclass
+class Drafted:
+    """What `draft_in_lockstep` returns: each row's Proposal (empty where it has none), and why some rows have none."""
+
+    proposals: dict[int, Proposal]
+    full: list[int] = field(default_factory=list)     # the next draft sequence would pass the draft's context
+    waiting: list[int] = field(default_factory=list)  # the draft holds no token yet (no text to predict after)
+    failed: dict[int, BaseException] = field(default_factory=dict)  # isolate=True: the row's drafting raised
+
+
+def draft_in_lockstep(calls: dict, d_dec, *, isolate: bool = False) -> Drafted:
     """Run drafter calls (xvocab.algorithms: generators, or Proposals) keyed by their rows in `d_dec` to their
     Proposals, the draft sequences they ask about answered by ONE `d_dec` forward per drafting step across the
-    rows still drafting. A row whose next draft sequence would pass the draft's context stops there with an
-    empty Proposal and is listed second (the caller decodes it on without a draft: still exact).
-    Used by the loop and by xvocab.vllm's proposer (the same drafting code in both engines)."""
-    proposals: dict[int, Proposal] = {}
+    rows still drafting. A row whose next draft sequence would pass the draft's context, or is empty (a draft
+    that adds no BOS, before any text reaches it), stops there with an empty Proposal (the caller decodes it on
+    without a draft: still exact). Used by the loop and by xvocab.vllm's proposer (the same drafting code).
+
+    isolate=True (a server, where one request must not stop the others): a row whose drafter raises gets an empty
+    Proposal and its exception in `failed`; when a batched forward raises, every row in it is dropped from `d_dec`
+    (its states are unknown) and stepped alone, so only the rows that fail alone fail. False (the library's loop):
+    exceptions propagate, as a bug should."""
+    out = Drafted({})
     asks = {}
-    for i, call in calls.items():
-        asks[i], done = _start(call)
+
+    def advance(i, logits):  # the row's next ask, or its Proposal recorded
+        try:
+            seq, done = _resume(calls[i], logits) if logits is not None else _start(calls[i])
+        except Exception as err:
+            if not isolate:
+                raise
+            out.failed[i], out.proposals[i] = err, Proposal([])
+            return
         if done is not None:
-            proposals[i] = done
-            del asks[i]
-    full = []
+            out.proposals[i] = done
+        elif not seq:
+            out.waiting.append(i)
+            out.proposals[i] = Proposal([])
+        elif d_dec.limit is not None and len(seq) > d_dec.limit:
+            out.full.append(i)
+            out.proposals[i] = Proposal([])
+        else:
+            asks[i] = seq
+
+    for i in calls:
+        advance(i, None)
     while asks:
-        for i in [i for i, seq in asks.items() if d_dec.limit is not None and len(seq) > d_dec.limit]:
-            full.append(i)
-            proposals[i] = Proposal([])
-            del asks[i]
-        if not asks:
-            break
-        logits = d_dec.step({i: (seq, []) for i, seq in asks.items()})
-        nxt = {}
-        for i in asks:
-            nxt[i], done = _resume(calls[i], logits[i][-1])
-            if done is not None:
-                proposals[i] = done
-                del nxt[i]
-        asks = {i: seq for i, seq in nxt.items() if seq is not None}
-    return proposals, full
+        step, asks = asks, {}
+        for i, logits in _forward(d_dec, step, isolate, out.failed).items():
+            advance(i, logits[-1])
+        for i in out.failed:
+            out.proposals.setdefault(i, Proposal([]))
+    return out
+
+
+def _forward(d_dec, asks: dict[int, list[int]], isolate: bool, failed: dict) -> dict:
+    """One draft forward over `asks` ({row: sequence}) -> {row: logits}; with `isolate`, rows stepped alone after
+    a batched forward raised, those that fail alone recorded in `failed` (draft_in_lockstep's docstring)."""
+    try:
+        return d_dec.step({i: (seq, []) for i, seq in asks.items()})
+    except Exception:
+        if not isolate:
+            raise
+    logits = {}
+    for i, seq in asks.items():
+        d_dec.drop(i)
+        try:
+            logits |= d_dec.step({i: (seq, [])})
+        except Exception as err:
+            d_dec.drop(i)
+            failed[i] = err
+    return logits
 
 
 def _start(drafting) -> tuple[list[int] | None, Proposal | None]:

@@ -28,6 +28,7 @@ import torch
 
 from xvocab.alignment.translate import common_prefix_length
 from xvocab.runtime.host import Upload, device_side
+from xvocab.errors import ContextFullError
 from xvocab.runtime.kv import (
     KEEP_ROWS,
     check_cache_used,
@@ -91,6 +92,10 @@ BUCKETS = (1, 2, 4, 8, 16)  # step widths with a fixed shape (and a CUDA graph);
 class BatchDecoder:
     """See the module docstring. `capacity`: positions to allocate per row (doubled when a row needs more).
 
+    `grow=False`: the buffers keep `capacity` positions for good (a memory budget): rows that together would need
+    more are stepped one by one, and a row that alone needs more raises ContextFullError (callers keep rows
+    within `limit`).
+
     `graphs`: steps no wider than BUCKETS[-1] run with fixed shapes, every row and the width padded to a
     bucket (a row not asked feeds padding past its end, which changes none of its states), so SLEM's
     variable proposal counts reuse a few shapes; on CUDA each shape is captured once as a CUDA graph and
@@ -98,7 +103,7 @@ class BatchDecoder:
     computation runs eagerly: the CPU tests prove the padding, the GPU tests prove the replays."""
 
     def __init__(self, model, rows: int, capacity: int = 256, graphs: bool = False, capture: bool = True,
-                 keep_rows: int = KEEP_ROWS):
+                 keep_rows: int = KEEP_ROWS, grow: bool = True):
         self.cache_argument = check_model(model)  # cache= or past_key_values=, by the model's transformers
         self.model = model
         self.n_rows = rows
@@ -106,6 +111,7 @@ class BatchDecoder:
         self.limit = context_limit(model)
         self.capacity = min(capacity, self.limit) if self.limit else capacity
         self.plan = {"n_rows": rows, "capacity": self.capacity}
+        self.grow = grow  # False: a fixed slab (xvocab.vllm.budget); a step that would need more positions refuses
         self.cache = _cache(self.plan, config.num_hidden_layers)
         self.layer_types = list(getattr(config, "layer_types", None) or [])
         self.window = getattr(config, "sliding_window", None)
@@ -141,6 +147,9 @@ class BatchDecoder:
         self._pool = None                    # the graphs' shared memory pool
 
     def _grow(self, n: int) -> None:
+        if not self.grow:
+            raise ContextFullError(f"the draft's cache holds {self.capacity} positions per row (a fixed budget) and a "
+                                   f"step needs {n}", self.model)
         self.capacity = self.plan["capacity"] = grow_cache(self.cache, n, self.capacity, self.limit)
         self._graphs.clear()  # captured over the old buffers: recaptured on next use, in a fresh pool
         self._pool = None
@@ -165,19 +174,27 @@ class BatchDecoder:
         if not asks:
             return held
         rows = sorted(asks)
-        feeds, starts, wants = [], [], []
+        plans = []  # (row, sequence, kept prefix, logits rows wanted), nothing changed yet
         for r in rows:
             full, extra = asks[r]
             seq = checked_sequence(self.model, self.limit, full, extra)
             want = len(extra) + 1
-            keep = min(common_prefix_length(self.ids[r], seq), len(seq) - want)
+            plans.append((r, seq, min(common_prefix_length(self.ids[r], seq), len(seq) - want), want))
+        width = max(len(seq) - keep for _, seq, keep, _ in plans)
+        if not self.grow and len(rows) > 1 and max(keep for _, _, keep, _ in plans) + width > self.capacity:
+            # A fixed slab (a memory budget): rows padded to another row's width would pass it; each row alone fits.
+            alone = {}
+            for r in rows:
+                alone |= self.step({r: asks[r]})
+            return alone | held
+        feeds, starts, wants = [], [], []
+        for r, seq, keep, want in plans:
             self.ids[r] = seq
             for n in [n for n in self._rows[r] if n > keep or n <= len(seq) - self.keep_rows]:
                 del self._rows[r][n]  # after tokens this step replaces, or too old to be asked again
             feeds.append(seq[keep:])
             starts.append(keep)
             wants.append(want)
-        width = max(map(len, feeds))
         bucket = next((b for b in BUCKETS if b >= width), None) if self.graphs else None
         if bucket is not None:  # fixed shapes: every row, `bucket` columns (rows not asked feed padding past their end)
             for r in range(self.n_rows):

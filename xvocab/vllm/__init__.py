@@ -10,6 +10,9 @@
 Importing this package does not import vLLM (the proposer imports only xvocab and torch): xvocab's own
 environment can read it, and vLLM's workers import `xvocab.vllm.Proposer` by that path.
 """
+import os
+
+from xvocab.errors import ConfigError
 from xvocab.vllm.proposer import Proposer, derived
 from xvocab.vllm.settings import KEY, Settings
 
@@ -19,7 +22,12 @@ CLASS_PATH = "xvocab.vllm.Proposer"
 def engine_args(*, draft: str, k: int = 4, **settings) -> dict:
     """The keyword arguments that make a vLLM engine (vllm.LLM or EngineArgs) draft with xvocab: vLLM's
     speculative_config naming the proposer, and xvocab's settings (xvocab.vllm.settings.Settings: algorithm,
-    draft_encoding, draft_dtype, draft_kernels, draft_confidence, draft_window, target_tokenizer, max_rows)."""
+    draft_encoding, draft_dtype, draft_kernels, draft_confidence, draft_window, target_tokenizer, max_rows,
+    draft_memory_gib, load_policy, draft_lengths, prefill_chunk). Refused where vLLM is told to use its second model
+    runner, which cannot host a custom_class proposer (its own error would not name the setting)."""
+    if os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "").strip().lower() in ("1", "true"):
+        raise ConfigError("VLLM_USE_V2_MODEL_RUNNER is set: vLLM's second model runner (MRV2) takes BaseSpeculator "
+                          "speculators, not custom_class proposers; set VLLM_USE_V2_MODEL_RUNNER=0 to serve with xvocab")
     return {"speculative_config": {"method": "custom_class", "model": CLASS_PATH, "num_speculative_tokens": k},
             "additional_config": {KEY: {"draft": draft, **settings}}}
 

@@ -31,6 +31,7 @@ re-syncing, re-tokenizing, drafter bookkeeping), per proposed token.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 
@@ -44,11 +45,14 @@ from xvocab.decode.loop import draft_in_lockstep
 from xvocab.decode.pair import prepare_for_target
 from xvocab.errors import ConfigError, XVocabError
 from xvocab.runtime.batch_kv import BatchDecoder
-from xvocab.vllm import kernels, repairs
-from xvocab.vllm.rows import Slots, follow, open_view, special_map
-from xvocab.vllm.settings import Settings, check_verification
+from xvocab.vllm import budget, kernels, repairs
+from xvocab.vllm.policy import StepPolicy
+from xvocab.vllm.requests import Rows, RunnerBatch, runner_batch
+from xvocab.vllm.rows import RowView, Slots, extend, follow, open_view, special_map
+from xvocab.measure.records import write_atomic
+from xvocab.vllm.settings import STATS_EVERY, Settings, check_runner, check_verification
 
-CAPACITY = 512  # draft positions first allocated per row (doubled when a request needs more)
+log = logging.getLogger("xvocab.vllm")
 
 
 def load_tokenizer(name: str, what: str, fix: str):
@@ -85,17 +89,26 @@ class _TimedDecoder:
 
     def step(self, asks):
         start = time.perf_counter()
-        out = self.decoder.step(asks)
-        self.seconds += time.perf_counter() - start
-        return out
+        try:
+            return self.decoder.step(asks)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+    def drop(self, row: int) -> None:
+        self.decoder.drop(row)
+
+
+SKIPS = ("no_row", "draft_context_full", "waiting_for_text", "prefilling", "failed", "policy_off", "no_room")
 
 
 class Proposer:
     """vLLM's custom_class proposer (module docstring). Built by vLLM with its VllmConfig."""
 
     def __init__(self, vllm_config):
+        check_runner(vllm_config)
         check_verification(vllm_config.speculative_config)
         self.settings = s = Settings.from_vllm_config(vllm_config)
+        self.vllm_config = vllm_config
         model_config = vllm_config.model_config
         self.max_model_len = int(model_config.max_model_len)
         self.device = torch.device(str(getattr(vllm_config.device_config, "device", "cpu") or "cpu"))
@@ -112,10 +125,16 @@ class Proposer:
                                               "checkpoint directory holding its tokenizer files")
         self._check_vocabulary(served)
         self.repaired = repairs.check_and_repair() if s.repair_vllm else []  # vLLM defects that lose p (repairs)
-        self.draft = self.pair = self.decoder = self.kernels = None
-        self.counts = dict(steps=0, rows=0, proposals=0, proposed_tokens=0, views_opened=0, rows_without_slot=0,
-                           draft_context_full=0, propose_seconds=0.0, forwards=0, tokens=0, drafts=0, accepted=0,
-                           accepted_per_position=[0] * self.settings.k)
+        self.policy = StepPolicy(s.k, s.load_policy, s.draft_lengths)
+        self.draft = self.pair = self.decoder = self.kernels = self.memory = None
+        self.counts = dict(steps=0, rows=0, proposals=0, proposed_tokens=0, views_opened=0, propose_seconds=0.0,
+                           forwards=0, tokens=0, drafts=0, accepted=0, accepted_per_position=[0] * self.settings.k,
+                           skipped={why: 0 for why in SKIPS}, failures={}, by_identity=0, by_content=0,
+                           draft_prefill_tokens=0)
+        self._warned: set[str] = set()
+        self._last_step: tuple[float, int] | None = None  # (start, batch) of the last step, for the policy
+        self._stats_written = 0.0
+        self.load_model()  # at start-up: a draft that cannot load stops the engine there, with the reason
 
     def _check_vocabulary(self, served: str) -> None:
         """Refuse tables built for another vocabulary than the one vLLM serves (module docstring of settings)."""
@@ -140,7 +159,7 @@ class Proposer:
                                   f"draft_encoding='native'")
 
     def load_model(self, target_model=None) -> None:
-        """Load the draft and build the pair tables (vLLM calls this after loading the target)."""
+        """Load the draft, build the pair tables and size the draft's cache within its budget (xvocab.vllm.budget)."""
         from xvocab import zoo
 
         if self.draft is not None:
@@ -157,71 +176,247 @@ class Proposer:
                                        self.draft, self.draft_tokenizer, algorithm=self.settings.algorithm,
                                        draft_encoding=self.settings.draft_encoding)
         self.specials = special_map(self.pair)
-        self.decoder = _TimedDecoder(BatchDecoder(self.draft, self.rows, capacity=CAPACITY))
+        for c in (self.pair.target_codec, self.pair.draft_codec):
+            c.encode_exact(b"warm")  # each codec's exact tokenizer built now (a third of a second), not in a step
+        per_token = budget.bytes_per_token(self.draft, self.dtype)
+        if self.settings.draft_memory_gib is not None:
+            bytes_, how = int(self.settings.draft_memory_gib * budget.GIB), "additional_config xvocab.draft_memory_gib"
+        else:
+            bytes_, how = budget.default_budget(self.vllm_config, per_token, self.rows, self.max_model_len)
+        self.memory = budget.plan(bytes_, per_token, self.rows, self.max_model_len, how)
+        self.rows = self.memory.rows
+        decoder = BatchDecoder(self.draft, self.rows, capacity=self.memory.positions, grow=False)
+        decoder.limit = min(decoder.limit or self.memory.limit, self.memory.limit)
+        self.decoder = _TimedDecoder(decoder)
+        self.slots = Slots(self.rows)        # requests by content (the reference; any caller)
+        self.requests = Rows(self.rows)      # requests by vLLM's ids (xvocab.vllm.requests)
+
+    def _warn(self, kind: str, err: BaseException) -> None:
+        """Count a failure by kind; log its first occurrence (with the traceback) and nothing after."""
+        failures = self.counts["failures"]
+        failures[kind] = failures.get(kind, 0) + 1
+        if kind not in self._warned:
+            self._warned.add(kind)
+            log.warning("xvocab proposer: %s failed (%s: %s); those requests decode on without proposals, exactly. "
+                        "Counted in stats()['failures']; logged once.", kind, type(err).__name__, err,
+                        exc_info=(type(err), err, err.__traceback__))
+
+    def _reset(self) -> None:
+        """Forget every request's draft state (after a failure the state may be half-updated): each is rebuilt
+        from vLLM's committed ids when next seen, at the cost of its draft prefill."""
+        for slot in range(self.rows):
+            self.decoder.drop(slot)
         self.slots = Slots(self.rows)
+        self.requests = Rows(self.rows)
 
     def propose(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu, slot_mappings=None,
                 **_) -> list[list[int]]:
-        """One list of target ids per request of the batch (module docstring).
+        """One list of target ids per request of the batch (module docstring). Never raises: a failure becomes "no
+        proposal" for the requests it touched (counted in stats()['failures']), vLLM decoding them on exactly.
 
         sampled_token_ids: [batch][n_i] ids sampled this step (empty: nothing new, no proposal)
         num_tokens_no_spec: [>= batch] committed ids per request; token_ids_cpu: [>= batch, max_model_len]
         """
         start = time.perf_counter()
-        self.load_model()
+        batch = runner_batch(token_ids_cpu)
+        try:
+            out = self._propose(sampled_token_ids, num_tokens_no_spec, token_ids_cpu, batch, start)
+        except Exception as err:  # (a defect of xvocab's or an input nobody foresaw: never the engine's end)
+            self._warn("propose", err)
+            self._reset()
+            out = [[] for _ in sampled_token_ids]
+        self.counts["propose_seconds"] += time.perf_counter() - start
+        if self.settings.stats_file and start - self._stats_written >= STATS_EVERY:
+            self._write_stats()
+        return out
+
+    def _write_stats(self) -> None:
+        """stats() to the settings' stats_file, atomically (a server's proposer has no other way out)."""
+        try:
+            write_atomic(self.settings.stats_file, json.dumps(self.stats(), default=str))
+            self._stats_written = time.perf_counter()
+        except OSError as err:
+            self._warn("stats_file", err)
+
+    def _propose(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu, batch: RunnerBatch | None,
+                 start: float) -> list[list[int]]:
         s, c = self.settings, self.counts
+        skipped = c["skipped"]
         c["steps"] += 1
         out: list[list[int]] = [[] for _ in sampled_token_ids]
-        rows = {}
-        for i, sampled in enumerate(sampled_token_ids):
-            n = int(num_tokens_no_spec[i])
-            if len(sampled) and n < self.max_model_len - 1:
-                rows[i] = token_ids_cpu[i, :n].tolist()
-        slots = self.slots.assign(rows)
-        c["rows_without_slot"] += len(rows) - len(slots)
+        live = [i for i, sampled in enumerate(sampled_token_ids) if len(sampled)]
+        emitted = sum(len(sampled_token_ids[i]) for i in live)
+        c["forwards"] += len(live)  # what vLLM emitted for each row: one forward, its accepted proposals and its own
+        c["tokens"] += emitted
+        if self._last_step is not None:
+            self.policy.observe(len(live), emitted, start - self._last_step[0])
+        k_step = self.policy.choose(len(live))
+        if batch is not None and batch.num_spec is not None:
+            k_step = min(k_step, batch.num_spec)  # vLLM's own length for this step (its per-batch-size lengths)
+        self._last_step = (start, len(live))
+        if batch is not None and len(batch.req_ids) >= len(sampled_token_ids):
+            slots, fresh = self._by_identity(batch, live, sampled_token_ids, num_tokens_no_spec, token_ids_cpu)
+        else:
+            slots, fresh = self._by_content(live, sampled_token_ids, num_tokens_no_spec, token_ids_cpu)
+        if k_step == 0:
+            skipped["policy_off"] += len(slots)
         calls, room = {}, {}
-        for i in rows:  # what vLLM emitted for each row: one forward, its accepted proposals and its own token
-            c["forwards"] += 1
-            c["tokens"] += len(sampled_token_ids[i])
+        prefill_left = s.prefill_chunk
         for i, slot in slots.items():
             view = self.slots.views[slot]
-            if view is None or not follow(view, rows[i]):
-                view = open_view(self.pair, self.specials, rows[i], len(sampled_token_ids[i]),
-                                 confidence=s.draft_confidence, window=s.draft_window)
-                self.slots.views[slot] = view
-                c["views_opened"] += 1
-            elif view.proposed and view.proposed_at == c["steps"] - 1:  # this request's proposal of the last step
+            if not fresh.get(i) and view.proposed and view.proposed_at == c["steps"] - 1:  # last step's proposal
                 accepted = len(sampled_token_ids[i]) - 1  # vLLM samples the accepted proposals, then one of its own
                 c["drafts"] += 1
                 c["accepted"] += accepted
                 for j in range(min(accepted, s.k)):
                     c["accepted_per_position"][j] += 1
-            room[slot] = min(s.k, self.max_model_len - len(rows[i]) - 1)  # vLLM holds k proposed ids per request
-            if room[slot] > 0:
+            view.proposed = 0
+            room[slot] = min(k_step, self.max_model_len - int(num_tokens_no_spec[i]) - 1)  # vLLM holds k ids a row
+            behind = self._behind(slot, view)
+            if behind > 0:  # a prompt not yet in the draft's cache: prefilled alone, a chunk a step (no padding)
+                try:
+                    prefill_left -= self._prefill(slot, view, prefill_left)
+                except Exception as err:
+                    self._drop_row(slot, i, batch)
+                    self._warn("draft prefill", err)
+                    skipped["failed"] += 1
+                    continue
+                if self._behind(slot, view) > 0:
+                    skipped["prefilling"] += 1
+                    continue
+            if room[slot] <= 0:
+                skipped["no_room"] += k_step > 0
+                continue
+            try:
                 calls[slot] = DRAFTERS[s.algorithm](view.ctx, min(s.draft_steps or s.k, room[slot]))
-        drafted, full = draft_in_lockstep(calls, self.decoder)
-        c["draft_context_full"] += len(full)
+            except Exception as err:
+                self._drop_row(slot, i, batch)
+                self._warn("drafter", err)
+                skipped["failed"] += 1
+        drafted = draft_in_lockstep(calls, self.decoder, isolate=True)
+        skipped["draft_context_full"] += len(drafted.full)
+        skipped["waiting_for_text"] += len(drafted.waiting)
         row_of = {slot: i for i, slot in slots.items()}
-        for slot, proposal in drafted.items():
+        for slot, err in drafted.failed.items():
+            self._drop_row(slot, row_of[slot], batch)
+            self._warn("drafting", err)
+            skipped["failed"] += 1
+        for slot, proposal in drafted.proposals.items():
+            if slot in drafted.failed:
+                continue
             # SLEM's re-tokenized text can take more target ids than draft steps: a prefix is still a proposal.
-            out[row_of[slot]] = list(proposal.ids[:room[slot]])
+            ids = [int(t) for t in proposal.ids[:room[slot]] if 0 <= int(t) < self.target_vocab]
+            ids = ids if len(ids) == len(proposal.ids[:room[slot]]) else []  # (an id vLLM cannot hold: none at all)
+            out[row_of[slot]] = ids
             view = self.slots.views[slot]
-            view.proposed, view.proposed_at = len(out[row_of[slot]]), c["steps"]
-            c["proposals"] += bool(out[row_of[slot]])
-            c["proposed_tokens"] += len(out[row_of[slot]])
+            view.proposed, view.proposed_at = len(ids), c["steps"]
+            c["proposals"] += bool(ids)
+            c["proposed_tokens"] += len(ids)
         c["rows"] += len(calls)
-        c["propose_seconds"] += time.perf_counter() - start
         return out
 
+    def _by_identity(self, batch: RunnerBatch, live, sampled_token_ids, num_tokens_no_spec, token_ids_cpu):
+        """({row: slot}, {row: whether its view is new}) by vLLM's request ids: a request keeps its row while it
+        stays in vLLM's batch; only the ids committed since last step are read (xvocab.vllm.requests)."""
+        c = self.counts
+        present = {r for r in batch.req_ids[:len(sampled_token_ids)] if r is not None}
+        for slot in self.requests.release_absent(present):
+            self.decoder.drop(slot)
+            self.slots.views[slot] = None
+        slots, fresh = {}, {}
+        for i in live:
+            n = int(num_tokens_no_spec[i])
+            if n >= self.max_model_len - 1:
+                continue
+            req = batch.req_ids[i]
+            slot = self.requests.admit(req)
+            if slot is None:
+                c["skipped"]["no_row"] += 1
+                continue
+            try:
+                view = self.slots.views[slot]
+                if view is None or not extend(view, token_ids_cpu[i], n):
+                    view = self._open(slot, token_ids_cpu[i, :n].tolist(), len(sampled_token_ids[i]))
+                    fresh[i] = True
+            except Exception as err:
+                self._drop_row(slot, i, batch)
+                self._warn("request view", err)
+                c["skipped"]["failed"] += 1
+                continue
+            slots[i] = slot
+        c["by_identity"] += 1
+        return slots, fresh
+
+    def _by_content(self, live, sampled_token_ids, num_tokens_no_spec, token_ids_cpu):
+        """The same by content (xvocab.vllm.rows.Slots), for a caller that is not vLLM's V1 runner."""
+        c = self.counts
+        rows = {i: token_ids_cpu[i, :int(num_tokens_no_spec[i])].tolist() for i in live
+                if int(num_tokens_no_spec[i]) < self.max_model_len - 1}
+        taken = self.slots.assign(rows)
+        c["skipped"]["no_row"] += len(rows) - len(taken)
+        slots, fresh = {}, {}
+        for i, slot in taken.items():
+            try:
+                view = self.slots.views[slot]
+                if view is None or not follow(view, rows[i]):
+                    self._open(slot, rows[i], len(sampled_token_ids[i]))
+                    fresh[i] = True
+            except Exception as err:
+                self._drop_row(slot, i, None)
+                self._warn("request view", err)
+                c["skipped"]["failed"] += 1
+                continue
+            slots[i] = slot
+        c["by_content"] += 1
+        return slots, fresh
+
+    def _open(self, slot: int, ids: list[int], n_new: int) -> RowView:
+        s = self.settings
+        self.decoder.drop(slot)  # (its last owner's states are never read: the row starts empty)
+        view = self.slots.views[slot] = open_view(self.pair, self.specials, ids, n_new,
+                                                  confidence=s.draft_confidence, window=s.draft_window)
+        self.counts["views_opened"] += 1
+        return view
+
+    def _drop_row(self, slot: int, i: int, batch: RunnerBatch | None) -> None:
+        """Forget a row's view and states after a failure (rebuilt from vLLM's ids when next seen)."""
+        self.decoder.drop(slot)
+        self.slots.views[slot] = None
+        if batch is not None:
+            self.requests.release(batch.req_ids[i])
+
+    def _behind(self, slot: int, view: RowView) -> int:
+        """Draft prompt tokens not in the row's cache yet (0 once prefilled; a draft too long for its row is left
+        to draft_in_lockstep, which stops it there)."""
+        held = len(self.decoder.decoder.ids[slot])
+        want = len(view.ctx.draft.prompt)
+        return 0 if want > self.decoder.limit or held >= want else want - held
+
+    def _prefill(self, slot: int, view: RowView, budget_left: int) -> int:
+        """Feed up to `budget_left` more of the row's draft prompt, alone (its logits after the whole prompt are
+        kept: the first draft step reads them without a forward); the tokens fed."""
+        held = len(self.decoder.decoder.ids[slot])
+        upto = min(len(view.ctx.draft.prompt), held + max(budget_left, 0))
+        if upto <= held:
+            return 0
+        self.decoder.step({slot: (view.ctx.draft.prompt[:upto], [])})
+        self.counts["draft_prefill_tokens"] += upto - held
+        return upto - held
+
     def stats(self) -> dict:
-        """What the proposer did and what it cost: counts, the draft's forwards and seconds, and the seconds spent
-        outside them (`overhead_seconds`), also per proposed token."""
+        """What the proposer did and what it cost: counts, proposals skipped and why, failures by kind, the draft's
+        forwards, seconds and memory, and the seconds spent outside its forwards (`overhead_seconds`), also per
+        proposed token."""
         c = dict(self.counts)
+        c["skipped"], c["failures"] = dict(c["skipped"]), dict(c["failures"])
         if self.decoder is not None:
             d = self.decoder.decoder
-            c |= dict(draft_forwards=d.forwards, draft_tokens_fed=d.tokens_fed, draft_seconds=self.decoder.seconds)
+            c |= dict(draft_forwards=d.forwards, draft_tokens_fed=d.tokens_fed, draft_seconds=self.decoder.seconds,
+                      rows_in_use=sum(bool(ids) for ids in d.ids))
         c["overhead_seconds"] = c["propose_seconds"] - c.get("draft_seconds", 0.0)
         c |= derived(c)
+        c |= self.memory.as_dict() if self.memory is not None else {}
+        c["policy"] = self.policy.as_dict()
         c["settings"] = dict(vars(self.settings)) | {"draft_dtype": self.dtype, "rows": self.rows,
                                                       "draft_kernels_used": self.kernels}
         c["repaired"] = list(self.repaired)

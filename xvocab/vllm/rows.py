@@ -122,6 +122,23 @@ def follow(view: RowView, ids: list[int]) -> bool:
     return True
 
 
+def extend(view: RowView, row, n: int) -> bool:
+    """Append to `view` the ids its request committed since it was last synced: `row[len:n]` of the request's
+    row of vLLM's token array (numpy), reading nothing older but the view's last id (a check that the row is
+    still this request's continuation). False if it is not (then the caller opens a view from all of `row[:n]`).
+    Host work: the new ids and the boundary's re-tokenization, whatever the context's length."""
+    t_side = view.ctx.target
+    have = len(view.head) + len(t_side.stream.ids)
+    last = t_side.stream.ids[-1] if t_side.stream.ids else view.head[-1]
+    if n < have or int(row[have - 1]) != last:
+        return False
+    if n > have:
+        t_side.rewind(len(t_side.stream.ids), row[have:n].tolist())
+    if view.ctx.draft.stream.text != view.ctx.draft.codec.view(t_side.stream.text):  # (e.g. last step's drafted ids)
+        view.ctx.sync_draft(t_side.stream.text)
+    return True
+
+
 class Slots:
     """Views in the rows of the draft's BatchDecoder, found by content (module docstring)."""
 

@@ -24,11 +24,14 @@ from xvocab import algorithms, defaults
 from xvocab.alignment.aligned import ENCODINGS
 from xvocab.errors import ConfigError
 from xvocab.vllm.kernels import CHOICES as KERNELS
+from xvocab.vllm.policy import MODES as POLICY_MODES
 
 KEY = "xvocab"                 # the additional_config entry the settings live under
 ALGORITHMS = algorithms.names(in_vllm=True)  # verified by vLLM as point proposals (module docstring): slem, tli
 DTYPES = ("float32", "bfloat16", "float16")
 MAX_ROWS = 32                  # draft KV rows held at once (requests beyond them decode without proposals)
+STATS_EVERY = 0.5              # seconds between two writes of stats_file
+PREFILL_CHUNK = 512            # a new request's draft prompt is fed this many tokens a step, alone (vLLM chunks too)
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,12 @@ class Settings:
     target_tokenizer: str | None = None          # None: the served model's own (vLLM's tokenizer path)
     max_rows: int = MAX_ROWS
     repair_vllm: bool = True                     # repair vLLM defects that break sampled output (xvocab.vllm.repairs)
+    draft_memory_gib: float | None = None        # the draft's KV budget (None: derived from vLLM's; xvocab.vllm.budget)
+    load_policy: str = "measured"                # the draft length per step: measured here, or "off" (always k)
+    draft_lengths: dict | None = None            # {batch size: k}, as vLLM's per-batch-size lengths (overrides policy)
+    prefill_chunk: int = PREFILL_CHUNK           # draft prompt tokens prefilled per step, in a forward of their own
+    stats_file: str | None = None                # where the worker writes stats() as JSON (atomically, at most
+                                                 # every STATS_EVERY seconds while it serves): a server's stats
 
     @staticmethod
     def from_vllm_config(vllm_config) -> "Settings":
@@ -86,7 +95,22 @@ class Settings:
                               f"(auto: vLLM's CPU kernels for a bfloat16/float16 draft on a CPU, else torch's)")
         if not 0 <= self.draft_confidence <= 1:
             raise ConfigError(f"draft_confidence={self.draft_confidence} is outside [0, 1]; 0 always drafts k tokens")
-        for name in ("k", "max_rows"):
+        if self.draft_memory_gib is not None and (isinstance(self.draft_memory_gib, bool) or
+                                                  not isinstance(self.draft_memory_gib, (int, float)) or
+                                                  self.draft_memory_gib <= 0):
+            raise ConfigError(f"draft_memory_gib={self.draft_memory_gib!r} must be a positive number of GiB, or left "
+                              f"out (derived from vLLM's KV cache size)")
+        if self.load_policy not in POLICY_MODES:
+            raise ConfigError(f"load_policy={self.load_policy!r}; choose one of {', '.join(POLICY_MODES)} (measured: "
+                              f"the draft length per step from what each length measured here; off: always k)")
+        if self.draft_lengths is not None:
+            lengths = self.draft_lengths
+            if not isinstance(lengths, dict) or not lengths or not all(
+                    _int_like(b) and int(b) >= 1 and isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= self.k
+                    for b, n in lengths.items()):
+                raise ConfigError(f"draft_lengths={lengths!r} must map batch sizes (>= 1) to draft lengths in "
+                                  f"[0, k={self.k}], e.g. {{\"1\": {self.k}, \"8\": 2, \"16\": 0}}")
+        for name in ("k", "max_rows", "prefill_chunk"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name}={value!r} must be a positive int")
@@ -96,6 +120,26 @@ class Settings:
                               f"num_speculative_tokens bounds what is proposed; raise it to draft longer)")
         if isinstance(self.draft_window, bool) or not isinstance(self.draft_window, int) or self.draft_window < 0:
             raise ConfigError(f"draft_window={self.draft_window!r} must be an int >= 0 (0: the whole prompt)")
+
+
+def _int_like(value) -> bool:
+    """An int, or a JSON object key that spells one ("8": --additional-config passes keys as strings)."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, str) and value.isdigit())
+
+
+def check_runner(vllm_config) -> None:
+    """Refuse a vLLM whose model runner cannot host a custom_class proposer (its second runner, MRV2, takes
+    speculators of another interface: CONTRIBUTING.md, "vLLM's second model runner")."""
+    try:
+        v2 = bool(vllm_config.use_v2_model_runner)
+    except Exception:  # (a config without the property: an older vLLM, or a test's stand-in): the V1 runner
+        v2 = False
+    if v2:
+        raise ConfigError("vLLM chose its second model runner (MRV2), whose speculators implement BaseSpeculator; "
+                          "xvocab's proposer is a custom_class proposer of the V1 runner: set "
+                          "VLLM_USE_V2_MODEL_RUNNER=0 in the engine's environment")
 
 
 def check_verification(spec) -> None:

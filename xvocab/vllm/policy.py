@@ -1,0 +1,101 @@
+"""How many ids xvocab's proposer drafts at each vLLM step: from the batch it sees and what each choice measured.
+
+Why: a proposal pays only while verifying k + 1 tokens costs about as much as generating one. That stops holding at
+large batches (the target's forward turns compute-bound), on a CPU without native bf16 (there a forward of k + 1
+tokens costs nearly k + 1 forwards), and when the draft stops being accepted. None of that can be read off a
+config: it is measured where the engine runs.
+
+What: `StepPolicy.choose(batch)` returns the draft length for this step; `observe` is told, at the next step, how
+many tokens vLLM emitted and how many seconds passed since the last step began (the target's verification, vLLM's
+sampling and the proposer's own drafting: everything the choice changed). Per batch-size bucket (BUCKETS) and per
+arm (0: step aside, k // 2, k), the policy keeps the mean emitted tokens per second of the last WINDOW steps of
+that arm; each arm is tried WARMUP times, then the best is played, and every PROBE_EVERY steps the arm measured
+least recently is tried once more (a machine, a workload and a draft's acceptance drift). Steps whose batch
+changed (admissions, departures: a prefill ran inside them) or that waited on something else (longer than
+STALL x the arm's median) teach nothing and are left out.
+
+`draft_lengths={batch: k}` instead fixes the length per batch size as vLLM's own per-batch-size lengths do (the k of
+the largest key at most the batch); `mode="off"` always drafts k.
+
+Invariant: the policy changes only how many ids are proposed, never which token vLLM emits (each proposal is
+verified by vLLM's rules whatever its length: tests/vllm_engine compares outputs with the policy on and off).
+"""
+from __future__ import annotations
+
+from collections import deque
+from statistics import median
+
+BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+WINDOW = 16
+WARMUP = 3
+PROBE_EVERY = 32
+STALL = 4.0
+MODES = ("measured", "off")
+
+
+def bucket(batch: int) -> int:
+    """The smallest bucket at least `batch` (the largest past the end)."""
+    return next((b for b in BUCKETS if b >= batch), BUCKETS[-1])
+
+
+class StepPolicy:
+    """See the module docstring."""
+
+    def __init__(self, k: int, mode: str = "measured", draft_lengths: dict | None = None):
+        if mode not in MODES:
+            raise ValueError(f"mode={mode!r}; one of {MODES}")
+        self.k, self.mode = k, mode
+        self.lengths = sorted((int(b), int(n)) for b, n in (draft_lengths or {}).items())
+        self.arms = sorted({0, max(1, k // 2), k})
+        self.seen: dict[int, dict[int, deque]] = {}   # bucket -> arm -> (tokens, seconds) of recent steps
+        self.last_played: dict[int, dict[int, int]] = {}  # bucket -> arm -> step it last ran
+        self.steps = 0
+        self.chosen: dict[int, int] = {}             # arm -> steps it was chosen (stats)
+        self._pending: tuple[int, int] | None = None  # (batch, arm) of the step being measured
+
+    def choose(self, batch: int) -> int:
+        self.steps += 1
+        if self.lengths:
+            k = next((n for b, n in reversed(self.lengths) if b <= batch), self.k)
+            arm = min(k, self.k)
+        elif self.mode == "off" or batch == 0:
+            arm = self.k
+        else:
+            arm = self._measured(bucket(batch))
+            self.last_played.setdefault(bucket(batch), {})[arm] = self.steps
+        self.chosen[arm] = self.chosen.get(arm, 0) + 1
+        self._pending = (batch, arm)
+        return arm
+
+    def _measured(self, b: int) -> int:
+        seen = self.seen.setdefault(b, {arm: deque(maxlen=WINDOW) for arm in self.arms})
+        fresh = [arm for arm in self.arms if len(seen[arm]) < WARMUP]
+        if fresh:
+            return fresh[-1]  # (the longest first: most is learnt about acceptance)
+        played = self.last_played.get(b, {})
+        if self.steps % PROBE_EVERY == 0:
+            return min(self.arms, key=lambda arm: played.get(arm, 0))
+        return max(self.arms, key=lambda arm: (self.rate(b, arm), -arm))
+
+    def rate(self, b: int, arm: int) -> float:
+        """Mean emitted tokens per second of the arm's recent steps in bucket b (0 unseen)."""
+        seen = self.seen.get(b, {}).get(arm) or ()
+        seconds = sum(s for _, s in seen)
+        return sum(t for t, _ in seen) / seconds if seconds > 0 else 0.0
+
+    def observe(self, batch: int, tokens: int, seconds: float) -> None:
+        """The step after a choice: `batch` rows emitted `tokens` in `seconds` since that choice's step began."""
+        pending, self._pending = self._pending, None
+        if pending is None or self.mode == "off" or self.lengths or pending[0] != batch or seconds <= 0:
+            return
+        seen = self.seen.get(bucket(batch), {}).get(pending[1])
+        if seen is None:
+            return
+        if len(seen) >= WARMUP and seconds > STALL * median(s for _, s in seen):
+            return  # it waited on something else than this step's work
+        seen.append((tokens, seconds))
+
+    def as_dict(self) -> dict:
+        return {"mode": "fixed" if self.lengths else self.mode, "chosen": dict(sorted(self.chosen.items())),
+                "tokens_per_second": {b: {arm: round(self.rate(b, arm), 3) for arm in arms}
+                                      for b, arms in sorted(self.seen.items())}}
