@@ -37,7 +37,7 @@ import urllib.request
 from pathlib import Path
 
 WARMUP = 2
-STOP = ["\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#"]  # HumanEval's; prose runs to max_tokens
+STOP = ["\ndef ", "\nclass ", "\nif __name__", "\nprint("]  # HumanEval's (vLLM's API takes 4); prose: max_tokens
 
 
 def parse(spec: str) -> tuple[str, str | None, dict]:
@@ -157,6 +157,7 @@ def percentile(values: list[float], q: float) -> float | None:
 
 def run(args) -> None:
     from experiments.vllm_serve_check import wait_healthy
+    from xvocab.vllm.settings import STATS_EVERY
     from xvocab.measure import records
     from xvocab.zoo.serving import serving_dir
 
@@ -178,7 +179,7 @@ def run(args) -> None:
             continue
         stats_file = Path(tempfile.mkdtemp()) / "xvocab_stats.json"
         command = server_command(spec, model_dir, args, stats_file)
-        log = open(out / f"server-{spec.replace(':', '_').replace(',', '_').replace('=', '-')}.log", "w")
+        log = open(out / ("server-" + "".join(ch if ch.isalnum() or ch in "-." else "_" for ch in spec) + ".log"), "w")
         server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
             wait_healthy(args.port, server)
@@ -186,7 +187,8 @@ def run(args) -> None:
             for c in todo:
                 before = (spec_counters(args.port), _read(stats_file))
                 results, wall = asyncio.run(drive(args.port, model_dir, rows, c, args.max_tokens))
-                asyncio.run(drive(args.port, model_dir, rows[:1], 1, 2))  # one more step: the stats file written
+                time.sleep(STATS_EVERY + 0.1)  # then one more request: the proposer writes its stats file
+                asyncio.run(drive(args.port, model_dir, rows[:1], 1, 2))
                 time.sleep(1.0)
                 after = (spec_counters(args.port), _read(stats_file))
                 for r in results:
@@ -276,7 +278,10 @@ def report(out: Path) -> None:
                      f"{skipped or ''} | {memory} | {(p.get('policy') or {}).get('chosen', '')} |")
     records.write_atomic(out / "report.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
-    _figure(groups, out / "load.png", cpu)
+    try:
+        _figure(groups, out / "load.png", cpu)
+    except ImportError:  # (vLLM's environment has no matplotlib; the figure reads only the records)
+        print(f"no figure here (matplotlib missing): .venv/bin/python -m experiments.vllm_serve_load --report {out}")
 
 
 def _figure(groups: list[dict], path: Path, cpu: str) -> None:
