@@ -315,3 +315,81 @@ def test_tensor_parallel_2_greedy_output_equals_ar_at_tp_1(pairs, engines):
     assert got == want
     assert len(ranks) == 2 and all(r["proposed_tokens"] > 0 for r in ranks)  # every rank drafted
     assert ranks[0]["accepted"] > 0
+
+
+@pytest.mark.slow
+def test_vllm_serve_survives_the_fuzz_and_clients_that_disconnect_mid_stream(pairs, engines, tmp_path):
+    """`vllm serve` with xvocab's proposer: 150 fuzz requests through the OpenAI-compatible API, streamed, a third of
+    the clients hanging up after their first chunk; afterwards the server is healthy, its greedy answers equal vLLM's
+    ar, and the proposer (its stats_file) recorded no failure."""
+    import asyncio
+    import json
+    import random
+    import subprocess
+    import sys
+    import urllib.request
+
+    import aiohttp
+
+    from experiments.vllm_serve_check import wait_healthy
+
+    pair = PAIRS[0]
+    target_dir, draft_dir = pairs[pair]
+    stats_file = tmp_path / "stats.json"
+    port = 8349
+    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(target_dir), "--port",
+               str(port), "--host", "127.0.0.1", "--dtype", "float32", "--enforce-eager", "--max-model-len", "512",
+               "--max-num-seqs", "8", "--speculative-config",
+               json.dumps({"method": "custom_class", "model": "xvocab.vllm.Proposer", "num_speculative_tokens": 4}),
+               "--additional-config", json.dumps({"xvocab": {"draft": str(draft_dir), "stats_file": str(stats_file)}})]
+    log = open(tmp_path / "server.log", "w")
+    server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    rng = random.Random(1)
+    requests = fuzz_requests(target_dir, 150, seed=1)
+
+    async def send(session, prompt, params, hang_up):
+        body = {"model": str(target_dir), "prompt": prompt["prompt_token_ids"], "max_tokens": params.max_tokens,
+                "temperature": params.temperature, "top_p": params.top_p, "top_k": params.top_k, "n": params.n,
+                "stream": True, "seed": params.seed}
+        if params.stop:
+            body["stop"] = params.stop
+        if params.allowed_token_ids:
+            body["allowed_token_ids"] = params.allowed_token_ids
+        async with session.post(f"http://127.0.0.1:{port}/v1/completions", json=body) as response:
+            async for _ in response.content:
+                if hang_up:
+                    return "hung up"  # leaving the block closes the connection mid-stream
+            return response.status
+
+    async def drive():
+        gate = asyncio.Semaphore(8)
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session:
+            async def one(p, s):
+                async with gate:
+                    return await send(session, p, s, rng.random() < 1 / 3)
+            return await asyncio.gather(*(one(p, s) for p, s, _ in requests), return_exceptions=True)
+
+    try:
+        wait_healthy(port, server, timeout=300)
+        answers = asyncio.run(drive())
+        assert all(a in (200, "hung up") for a in answers), [a for a in answers if a not in (200, "hung up")][:3]
+        assert urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10).status == 200
+        prompts = token_prompts(target_dir, PROMPTS[:3])
+        want = greedy(engines(pair, "ar"), prompts)
+        for p, w in zip(prompts, want):
+            body = json.dumps({"model": str(target_dir), "prompt": p["prompt_token_ids"], "max_tokens": MAX_TOKENS,
+                               "temperature": 0, "return_token_ids": True}).encode()
+            request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
+                                             headers={"Content-Type": "application/json"})
+            choice = json.loads(urllib.request.urlopen(request, timeout=120).read())["choices"][0]
+            tt = xvocab.zoo.tokenizer(str(target_dir))
+            assert choice["text"] == tt.decode(w, skip_special_tokens=True)
+        import time
+
+        time.sleep(1)
+        stats = json.loads(stats_file.read_text())
+        assert stats["failures"] == {} and stats["proposed_tokens"] > 0
+    finally:
+        os.killpg(server.pid, 15)
+        server.wait(60)
+        log.close()

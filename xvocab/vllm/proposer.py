@@ -48,7 +48,7 @@ from xvocab.runtime.batch_kv import BatchDecoder
 from xvocab.vllm import budget, kernels, repairs
 from xvocab.vllm.policy import StepPolicy
 from xvocab.vllm.requests import Rows, RunnerBatch, runner_batch
-from xvocab.vllm.rows import RowView, Slots, extend, follow, open_view, special_map
+from xvocab.vllm.rows import RowView, Slots, extend, follow, open_view, special_map, sync_draft
 from xvocab.measure.records import write_atomic
 from xvocab.vllm.settings import STATS_EVERY, Settings, check_runner, check_verification
 
@@ -272,20 +272,20 @@ class Proposer:
                     c["accepted_per_position"][j] += 1
             view.proposed = 0
             room[slot] = min(k_step, self.max_model_len - int(num_tokens_no_spec[i]) - 1)  # vLLM holds k ids a row
-            behind = self._behind(slot, view)
-            if behind > 0:  # a prompt not yet in the draft's cache: prefilled alone, a chunk a step (no padding)
-                try:
-                    prefill_left -= self._prefill(slot, view, prefill_left)
-                except Exception as err:
-                    self._drop_row(slot, i, batch)
-                    self._warn("draft prefill", err)
-                    skipped["failed"] += 1
-                    continue
-                if self._behind(slot, view) > 0:
-                    skipped["prefilling"] += 1
-                    continue
-            if room[slot] <= 0:
+            if room[slot] <= 0:  # stepping aside (the policy's 0, vLLM's length) or no room: no draft work at all
                 skipped["no_room"] += k_step > 0
+                continue
+            try:
+                sync_draft(view)  # the draft side follows the committed text only when it is about to draft
+                if self._behind(slot, view) > 0:  # its prompt not yet in the draft's cache: prefilled alone, a chunk
+                    prefill_left -= self._prefill(slot, view, prefill_left)  # a step (never padded across rows)
+            except Exception as err:
+                self._drop_row(slot, i, batch)
+                self._warn("draft prefill", err)
+                skipped["failed"] += 1
+                continue
+            if self._behind(slot, view) > 0:
+                skipped["prefilling"] += 1
                 continue
             try:
                 calls[slot] = DRAFTERS[s.algorithm](view.ctx, min(s.draft_steps or s.k, room[slot]))

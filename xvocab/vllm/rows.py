@@ -15,8 +15,9 @@ decoder keeps, per row, the longest prefix of draft ids its states share with wh
 request can never read another's state: a wrong match costs only the forwards that re-feed the difference.
 Nothing survives that a later request could mistake for its own, and nothing needs vLLM's request ids.
 
-Invariant: after `follow(view, ids)`, view.target_ids() == ids and the draft side spells the same text (its
-view of bytes, xvocab.alignment.tokens.ByteCodec.view) as the target side's continuation, the head's text before it.
+Invariant: after `follow(view, ids)` (or, by vLLM's ids, `extend(view, row, n)` then `sync_draft(view)`),
+view.target_ids() == ids and the draft side spells the same text (its view of bytes,
+xvocab.alignment.tokens.ByteCodec.view) as the target side's continuation, the head's text before it.
 """
 from __future__ import annotations
 
@@ -123,10 +124,10 @@ def follow(view: RowView, ids: list[int]) -> bool:
 
 
 def extend(view: RowView, row, n: int) -> bool:
-    """Append to `view` the ids its request committed since it was last synced: `row[len:n]` of the request's
-    row of vLLM's token array (numpy), reading nothing older but the view's last id (a check that the row is
-    still this request's continuation). False if it is not (then the caller opens a view from all of `row[:n]`).
-    Host work: the new ids and the boundary's re-tokenization, whatever the context's length."""
+    """Append to `view`'s target side the ids its request committed since it was last synced: `row[len:n]` of the
+    request's row of vLLM's token array (numpy), reading nothing older but the view's last id (a check that the row
+    is still this request's continuation). False if it is not (then the caller opens a view from all of `row[:n]`).
+    Host work: the new ids, whatever the context's length; the draft side follows in `sync_draft`."""
     t_side = view.ctx.target
     have = len(view.head) + len(t_side.stream.ids)
     last = t_side.stream.ids[-1] if t_side.stream.ids else view.head[-1]
@@ -134,9 +135,16 @@ def extend(view: RowView, row, n: int) -> bool:
         return False
     if n > have:
         t_side.rewind(len(t_side.stream.ids), row[have:n].tolist())
-    if view.ctx.draft.stream.text != view.ctx.draft.codec.view(t_side.stream.text):  # (e.g. last step's drafted ids)
-        view.ctx.sync_draft(t_side.stream.text)
     return True
+
+
+def sync_draft(view: RowView) -> None:
+    """Make the view's draft side spell its target side's continuation (re-tokenizing the boundary only; its
+    last proposal's drafted ids rolled back); `extend` leaves this to just before drafting, so a step that
+    drafts nothing costs no re-tokenization."""
+    t_side = view.ctx.target
+    if view.ctx.draft.stream.text != view.ctx.draft.codec.view(t_side.stream.text):
+        view.ctx.sync_draft(t_side.stream.text)
 
 
 class Slots:
