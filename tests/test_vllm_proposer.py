@@ -554,3 +554,28 @@ def test_engine_args_refuse_vllms_second_model_runner_by_name(monkeypatch):
     with pytest.raises(ConfigError, match="VLLM_USE_V2_MODEL_RUNNER=0"):
         check_runner(SimpleNamespace(use_v2_model_runner=True))
     check_runner(SimpleNamespace(use_v2_model_runner=False))  # control: the V1 runner passes
+
+
+def test_the_measured_policy_probes_a_losing_arm_ever_more_rarely_and_larger_batches_start_aside():
+    """Where drafting loses (every k > 0 step slower), probes back off (the gap doubles while they change nothing), and
+    a larger batch starts stepping aside once a smaller one has settled there. Control: a policy with no smaller
+    batch settled warms every arm at the larger batch first."""
+    from xvocab.vllm.policy import PROBE_EVERY, WARMUP, StepPolicy
+
+    def play(policy, batch, steps):
+        arms = []
+        for _ in range(steps):
+            arm = policy.choose(batch)
+            arms.append(arm)
+            policy.observe(batch, batch, 1.0 + arm)  # k > 0 always slower: batch tokens in 1 + k seconds
+        return arms
+
+    policy = StepPolicy(4)
+    arms = play(policy, 1, 40 * PROBE_EVERY)
+    assert policy.settled(1) == 0
+    drafting = sum(a > 0 for a in arms[2 * WARMUP:])
+    assert 0 < drafting <= 8, drafting  # a fixed gap would have probed 40 times
+    larger = play(policy, 8, 4 * PROBE_EVERY)
+    assert larger[:WARMUP] == [0] * WARMUP and sum(a > 0 for a in larger) <= 3
+    control = play(StepPolicy(4), 8, 4 * PROBE_EVERY)
+    assert sum(a > 0 for a in control[:2 * WARMUP]) == 2 * WARMUP

@@ -9,8 +9,11 @@ What: `StepPolicy.choose(batch)` returns the draft length for this step; `observ
 many tokens vLLM emitted and how many seconds passed since the last step began (the target's verification, vLLM's
 sampling and the proposer's own drafting: everything the choice changed). Per batch-size bucket (BUCKETS) and per
 arm (0: step aside, k // 2, k), the policy keeps the mean emitted tokens per second of the last WINDOW steps of
-that arm; each arm is tried WARMUP times, then the best is played, and every PROBE_EVERY steps the arm measured
-least recently is tried once more (a machine, a workload and a draft's acceptance drift). Steps whose batch
+that arm; each arm is tried WARMUP times, then the best is played, and the arm measured least recently is tried
+once more after PROBE_EVERY steps of the bucket (a machine, a workload and a draft's acceptance drift), the gap
+doubling, up to PROBE_MAX, each time a probe leaves the best arm as it was (a probe of a losing arm is a slow
+step). Where a smaller batch has settled on stepping aside, a larger one starts there and tries drafting only by
+probes (drafting pays less as the batch grows: the target's forward turns compute-bound). Steps whose batch
 changed (admissions, departures: a prefill ran inside them) or that waited on something else (longer than
 STALL x the arm's median) teach nothing and are left out.
 
@@ -29,6 +32,7 @@ BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 WINDOW = 16
 WARMUP = 3
 PROBE_EVERY = 32
+PROBE_MAX = 1024
 STALL = 4.0
 MODES = ("measured", "off")
 
@@ -50,6 +54,9 @@ class StepPolicy:
         self.seen: dict[int, dict[int, deque]] = {}   # bucket -> arm -> (tokens, seconds) of recent steps
         self.last_played: dict[int, dict[int, int]] = {}  # bucket -> arm -> step it last ran
         self.steps = 0
+        self.bucket_steps: dict[int, int] = {}      # bucket -> steps played in it
+        self.probe_at: dict[int, tuple[int, int]] = {}  # bucket -> (its step of the next probe, the gap to it)
+        self.best_before_probe: dict[int, int] = {}  # bucket -> the best arm when its last probe was played
         self.chosen: dict[int, int] = {}             # arm -> steps it was chosen (stats)
         self._pending: tuple[int, int] | None = None  # (batch, arm) of the step being measured
 
@@ -69,12 +76,28 @@ class StepPolicy:
 
     def _measured(self, b: int) -> int:
         seen = self.seen.setdefault(b, {arm: deque(maxlen=WINDOW) for arm in self.arms})
-        fresh = [arm for arm in self.arms if len(seen[arm]) < WARMUP]
+        n = self.bucket_steps[b] = self.bucket_steps.get(b, 0) + 1
+        aside = any(self.settled(smaller) == 0 for smaller in self.seen if smaller < b)
+        fresh = [arm for arm in self.arms if len(seen[arm]) < WARMUP and not (aside and arm > 0)]
         if fresh:
             return fresh[-1]  # (the longest first: most is learnt about acceptance)
-        played = self.last_played.get(b, {})
-        if self.steps % PROBE_EVERY == 0:
-            return min(self.arms, key=lambda arm: played.get(arm, 0))
+        best = max(self.arms, key=lambda arm: (self.rate(b, arm), -arm))
+        at, gap = self.probe_at.get(b, (n + PROBE_EVERY, PROBE_EVERY))
+        if b in self.best_before_probe:  # the last probe has been measured: widen the gap if it changed nothing
+            gap = min(2 * gap, PROBE_MAX) if self.best_before_probe.pop(b) == best else PROBE_EVERY
+            at = n + gap
+        self.probe_at[b] = (at, gap)
+        if n >= at:
+            self.best_before_probe[b] = best
+            played = self.last_played.get(b, {})
+            return min(self.arms, key=lambda arm: (played.get(arm, 0), arm))
+        return best
+
+    def settled(self, b: int) -> int | None:
+        """The best arm of bucket b once every arm there has been measured WARMUP times, else None."""
+        seen = self.seen.get(b, {})
+        if any(len(seen.get(arm, ())) < WARMUP for arm in self.arms):
+            return None
         return max(self.arms, key=lambda arm: (self.rate(b, arm), -arm))
 
     def rate(self, b: int, arm: int) -> float:
