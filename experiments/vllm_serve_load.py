@@ -279,12 +279,12 @@ def report(out: Path) -> None:
     records.write_atomic(out / "report.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
     try:
-        _figure(groups, out / "load.png", cpu)
+        _figure(groups, out / "load.png", f"{groups[-1]['settings']['target']}, {groups[-1]['settings']['dtype']}, {cpu}")
     except ImportError:  # (vLLM's environment has no matplotlib; the figure reads only the records)
         print(f"no figure here (matplotlib missing): .venv/bin/python -m experiments.vllm_serve_load --report {out}")
 
 
-def _figure(groups: list[dict], path: Path, cpu: str) -> None:
+def _figure(groups: list[dict], path: Path, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -296,13 +296,13 @@ def _figure(groups: list[dict], path: Path, cpu: str) -> None:
         cs = [r["concurrency"] for r in rows]
         left.plot(cs, [r["output_tokens_per_s"] for r in rows], marker="o", label=variant)
         right.plot(cs, [r["gap_p90"] or 0 for r in rows], marker="o", label=variant)
-    for ax, title in ((left, "output tokens/s"), (right, "p90 gap between streamed chunks (s)")):
+    for ax, name in ((left, "output tokens/s"), (right, "p90 gap between streamed chunks (s)")):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("concurrent requests")
-        ax.set_title(title, fontsize=10)
+        ax.set_title(name, fontsize=10)
         ax.grid(alpha=0.3)
     left.legend(fontsize=7)
-    fig.suptitle(f"vllm serve under load: {cpu}", fontsize=10)
+    fig.suptitle(f"vllm serve under load: {title}", fontsize=9)
     fig.savefig(path, dpi=120)
 
 

@@ -12,10 +12,18 @@ each request's draft view (xvocab.vllm.rows: the committed text re-tokenized for
 an UNK), and the alignment, through the very drafters xvocab's own loops run (xvocab.algorithms.slem / tli,
 greedy) and the same pair tables, so one exactness suite covers both engines.
 
-Per step (`propose`): each request with a newly sampled token is matched to its view, the view re-synced to
-the request's committed ids, and every request's drafter advanced in lockstep: ONE batched draft forward per
-drafting step across the running requests (xvocab.decode.loop.draft_in_lockstep). It returns one list of target ids
-per request (empty: no proposal, e.g. a request still in prefill or past the draft rows).
+Per step (`propose`): the load policy picks the step's draft length (xvocab.vllm.policy; vLLM's scheduled length
+bounds it); each request with a newly sampled token is found by vLLM's request id where its V1 runner shows it
+(xvocab.vllm.requests; else by content, xvocab.vllm.rows.Slots), its view extended by the ids committed since;
+requests about to draft have their draft side synced and, when new, their draft prompt prefilled alone, a chunk
+a step; then every drafting request's drafter is advanced in lockstep: ONE batched draft forward per drafting
+step (xvocab.decode.loop.draft_in_lockstep). It returns one list of target ids per request (empty: no proposal).
+The draft's cache is one slab sized once within a memory budget (xvocab.vllm.budget); a request holds a row from
+its admission to its finish or preemption.
+
+Serving: `propose` never raises. A failure for one request is no proposal for it (its state rebuilt from vLLM's
+committed ids when next seen); a failure of the step is no proposal for the step; both counted by kind in
+`stats()["failures"]` and logged once, so an input nobody foresaw costs speed, never the engine.
 
 Lossless: a proposal is a deterministic function of the request's committed ids (greedy drafting; batched
 forwards change it only by float reassociation, never by this step's random draws), and vLLM's point-proposal
