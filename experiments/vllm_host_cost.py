@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import statistics
 from pathlib import Path
 from types import SimpleNamespace
@@ -105,7 +106,8 @@ def main(argv=None) -> None:
                                                                              - before["draft_seconds"])
             r["steps"].append({"host_s": host, "proposed": after["proposed_tokens"] - before["proposed_tokens"],
                                "by_identity": after["by_identity"] - before["by_identity"]})
-    out = {"cpu": environment().get("cpu"), "command": "python -m experiments.vllm_host_cost " + " ".join(argv or []),
+    given = sys.argv[1:] if argv is None else argv
+    out = {**environment(), "command": " ".join(["python -m experiments.vllm_host_cost", *given]),
            "args": {k: str(v) for k, v in vars(args).items()}, "contexts": {}}
     for name, r in runs.items():
         steady = [s for s in r["steps"][args.warm:] if s["proposed"]]
