@@ -13,6 +13,10 @@ more), which is a small fraction of the target's (a small draft's bytes per toke
 KV size (its GPU path sizes the cache from gpu_memory_utilization after loading), the slab every row needs at
 vLLM's max_model_len, up to FALLBACK_GIB.
 
+Outside the budget: the draft's weights, each forward's activations, and the logits the decoder keeps for rows
+re-synced to a prefix they read (at most KEEP_ROWS x rows x the draft's vocabulary floats: 100 MB for smollm2-135m
+at 32 rows).
+
 Invariant: Plan.cache_bytes <= Plan.budget_bytes, or the proposer refuses to start (the budget holds no row of
 MIN_POSITIONS positions).
 """
