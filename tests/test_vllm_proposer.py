@@ -494,16 +494,29 @@ def test_the_load_policy_fixed_lengths_and_vllms_scheduled_length_bound_what_is_
     assert out == want
     stats = proposer.stats()
     assert stats["skipped"]["policy_off"] > 0 and stats["policy"]["mode"] == "fixed"
-    proposer = Proposer(vllm_config(target_dir, draft=str(draft_dir), load_policy="off"))
-    out, _ = run_engine(proposer, target, prompts, 12, identity=True, num_spec=2)
-    assert out == want
-    assert stats_max_proposal(proposer) <= 2 < 4  # vLLM's scheduled length, not num_speculative_tokens
+    lengths = {}
+    for num_spec in (2, None):  # vLLM's scheduled length bounds the proposals; control: without it, k = 4 does
+        proposer = Proposer(vllm_config(target_dir, draft=str(draft_dir), load_policy="off"))
+        longest = record_longest_proposal(proposer)
+        out, _ = run_engine(proposer, target, prompts, 12, identity=True, num_spec=num_spec)
+        assert out == want
+        lengths[num_spec] = longest[0]
+    assert lengths[2] == 2 and lengths[None] > 2, lengths
     with pytest.raises(ConfigError, match="draft_lengths="):
         Proposer(vllm_config(target_dir, draft=str(draft_dir), draft_lengths={"1": 9}))
 
 
-def stats_max_proposal(proposer) -> int:
-    return max((v.proposed for v in proposer.slots.views if v is not None), default=0) if proposer.slots else 0
+def record_longest_proposal(proposer) -> list[int]:
+    """[the longest proposal `proposer.propose` returns from now on], kept up to date."""
+    longest, propose = [0], proposer.propose
+
+    def recording(*args, **kwargs):
+        out = propose(*args, **kwargs)
+        longest[0] = max([longest[0], *map(len, out)])
+        return out
+
+    proposer.propose = recording
+    return longest
 
 
 def test_the_measured_policy_steps_aside_where_drafting_measures_slower_and_drafts_where_faster():

@@ -27,8 +27,8 @@ from __future__ import annotations
 import torch
 
 from xvocab.alignment.translate import common_prefix_length
-from xvocab.runtime.host import Upload, device_side
 from xvocab.errors import ContextFullError
+from xvocab.runtime.host import Upload, device_side
 from xvocab.runtime.kv import (
     KEEP_ROWS,
     check_cache_used,

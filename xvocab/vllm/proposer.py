@@ -52,12 +52,12 @@ from xvocab.alignment.tokens import codec
 from xvocab.decode.loop import draft_in_lockstep
 from xvocab.decode.pair import prepare_for_target
 from xvocab.errors import ConfigError, XVocabError
+from xvocab.measure.records import write_atomic
 from xvocab.runtime.batch_kv import BatchDecoder
 from xvocab.vllm import budget, kernels, repairs
 from xvocab.vllm.policy import StepPolicy
 from xvocab.vllm.requests import Rows, RunnerBatch, runner_batch
 from xvocab.vllm.rows import RowView, Slots, extend, follow, open_view, special_map, sync_draft
-from xvocab.measure.records import write_atomic
 from xvocab.vllm.settings import STATS_EVERY, Settings, check_runner, check_verification
 
 log = logging.getLogger("xvocab.vllm")
@@ -140,7 +140,7 @@ class Proposer:
                            skipped={why: 0 for why in SKIPS}, failures={}, by_identity=0, by_content=0,
                            draft_prefill_tokens=0)
         self._warned: set[str] = set()
-        self._last_step: tuple[float, int] | None = None  # (start, batch) of the last step, for the policy
+        self._last_start: float | None = None  # when the last step began (the policy times steps from it)
         self._stats_written = 0.0
         self.load_model()  # at start-up: a draft that cannot load stops the engine there, with the reason
 
@@ -256,23 +256,23 @@ class Proposer:
         emitted = sum(len(sampled_token_ids[i]) for i in live)
         c["forwards"] += len(live)  # what vLLM emitted for each row: one forward, its accepted proposals and its own
         c["tokens"] += emitted
-        if self._last_step is not None:
-            self.policy.observe(len(live), emitted, start - self._last_step[0])
+        if self._last_start is not None:
+            self.policy.observe(len(live), emitted, start - self._last_start)
         k_step = self.policy.choose(len(live))
         if batch is not None and batch.num_spec is not None:
             k_step = min(k_step, batch.num_spec)  # vLLM's own length for this step (its per-batch-size lengths)
-        self._last_step = (start, len(live))
+        self._last_start = start
         if batch is not None and len(batch.req_ids) >= len(sampled_token_ids):
-            slots, fresh = self._by_identity(batch, live, sampled_token_ids, num_tokens_no_spec, token_ids_cpu)
+            slots = self._by_identity(batch, live, sampled_token_ids, num_tokens_no_spec, token_ids_cpu)
         else:
-            slots, fresh = self._by_content(live, sampled_token_ids, num_tokens_no_spec, token_ids_cpu)
+            slots = self._by_content(live, sampled_token_ids, num_tokens_no_spec, token_ids_cpu)
         if k_step == 0:
             skipped["policy_off"] += len(slots)
         calls, room = {}, {}
         prefill_left = s.prefill_chunk
         for i, slot in slots.items():
             view = self.slots.views[slot]
-            if not fresh.get(i) and view.proposed and view.proposed_at == c["steps"] - 1:  # last step's proposal
+            if view.proposed and view.proposed_at == c["steps"] - 1:  # this request's proposal of the last step
                 accepted = len(sampled_token_ids[i]) - 1  # vLLM samples the accepted proposals, then one of its own
                 c["drafts"] += 1
                 c["accepted"] += accepted
@@ -324,36 +324,26 @@ class Proposer:
         return out
 
     def _by_identity(self, batch: RunnerBatch, live, sampled_token_ids, num_tokens_no_spec, token_ids_cpu):
-        """({row: slot}, {row: whether its view is new}) by vLLM's request ids: a request keeps its row while it
-        stays in vLLM's batch; only the ids committed since last step are read (xvocab.vllm.requests)."""
+        """{row: slot} by vLLM's request ids: a request keeps its row while it stays in vLLM's batch; only the ids
+        committed since last step are read (xvocab.vllm.requests)."""
         c = self.counts
         present = {r for r in batch.req_ids[:len(sampled_token_ids)] if r is not None}
         for slot in self.requests.release_absent(present):
             self.decoder.drop(slot)
             self.slots.views[slot] = None
-        slots, fresh = {}, {}
+        slots = {}
         for i in live:
             n = int(num_tokens_no_spec[i])
             if n >= self.max_model_len - 1:
                 continue
-            req = batch.req_ids[i]
-            slot = self.requests.admit(req)
+            slot = self.requests.admit(batch.req_ids[i])
             if slot is None:
                 c["skipped"]["no_row"] += 1
-                continue
-            try:
-                view = self.slots.views[slot]
-                if view is None or not extend(view, token_ids_cpu[i], n):
-                    view = self._open(slot, token_ids_cpu[i, :n].tolist(), len(sampled_token_ids[i]))
-                    fresh[i] = True
-            except Exception as err:
-                self._drop_row(slot, i, batch)
-                self._warn("request view", err)
-                c["skipped"]["failed"] += 1
-                continue
-            slots[i] = slot
+            elif self._sync_view(slot, i, batch, lambda view: extend(view, token_ids_cpu[i], n),
+                                 lambda: token_ids_cpu[i, :n].tolist(), len(sampled_token_ids[i])):
+                slots[i] = slot
         c["by_identity"] += 1
-        return slots, fresh
+        return slots
 
     def _by_content(self, live, sampled_token_ids, num_tokens_no_spec, token_ids_cpu):
         """The same by content (xvocab.vllm.rows.Slots), for a caller that is not vLLM's V1 runner."""
@@ -362,21 +352,26 @@ class Proposer:
                 if int(num_tokens_no_spec[i]) < self.max_model_len - 1}
         taken = self.slots.assign(rows)
         c["skipped"]["no_row"] += len(rows) - len(taken)
-        slots, fresh = {}, {}
-        for i, slot in taken.items():
-            try:
-                view = self.slots.views[slot]
-                if view is None or not follow(view, rows[i]):
-                    self._open(slot, rows[i], len(sampled_token_ids[i]))
-                    fresh[i] = True
-            except Exception as err:
-                self._drop_row(slot, i, None)
-                self._warn("request view", err)
-                c["skipped"]["failed"] += 1
-                continue
-            slots[i] = slot
+        slots = {i: slot for i, slot in taken.items()
+                 if self._sync_view(slot, i, None, lambda view: follow(view, rows[i]), lambda: rows[i],
+                                    len(sampled_token_ids[i]))}
         c["by_content"] += 1
-        return slots, fresh
+        return slots
+
+    def _sync_view(self, slot: int, i: int, batch: RunnerBatch | None, resync, ids, n_new: int) -> bool:
+        """Bring the slot's view to batch row i's committed ids: `resync(view)` (extend or follow), else a view
+        opened from `ids()` (a fresh view has proposed nothing, so no acceptance is read off it). A failure drops
+        the row, is counted, and returns False."""
+        try:
+            view = self.slots.views[slot]
+            if view is None or not resync(view):
+                self._open(slot, ids(), n_new)
+            return True
+        except Exception as err:
+            self._drop_row(slot, i, batch)
+            self._warn("request view", err)
+            self.counts["skipped"]["failed"] += 1
+            return False
 
     def _open(self, slot: int, ids: list[int], n_new: int) -> RowView:
         s = self.settings
