@@ -8,7 +8,9 @@ order rotating from prompt to prompt, so a machine that drifts moves every varia
 every engine at once (`--hold`), the variants run in groups, each group interleaved with vLLM's ar, and every
 ratio is taken against the ar of its own group. Where it holds only one (`--hold 1`: float32 1.5B targets on 23 GiB),
 the prompts run in `--blocks` blocks and each engine runs a block alone, ar's included, so a prompt's ratio compares
-decodes minutes apart (the report says which mode each run used). One JSON line per (variant, prompt) goes to
+decodes minutes apart (the report says which mode each run used). `--groups A+B C` names the groups outright (two
+variants compared within one group, against one ar). Every engine decodes one untimed prompt (`--warmup-task`,
+outside the timed ones) before its first timed prompt, so no variant is timed cold. One JSON line per (variant, prompt) goes to
 `<out>/records.jsonl` (xvocab.measure.records: atomic, resumable: a rerun skips what is there), with the CPU, versions
 and git revision; `python -m experiments.vllm_bench --report <out>` prints and writes the table (`<out>/table.md`) and a figure.
 
@@ -163,6 +165,7 @@ def _worker(spec: str, args, conn) -> None:
     os.environ.setdefault("KMP_BLOCKTIME", "0")  # an idle engine's OpenMP threads must not spin on the cores
     try:
         run = _engine(spec, args)
+        run(*args.warmup)  # untimed: first-call costs (kernels, allocator, the proposer's first views) paid here
         conn.send(("ready", None))
     except Exception as err:  # reported to the driver, which records the failure and goes on without the variant
         conn.send(("failed", f"{type(err).__name__}: {err}"))
@@ -192,6 +195,11 @@ def main(argv=None) -> None:
                         "with their drafts exhausted 24 GiB here); 1: one engine at a time, in --blocks blocks")
     parser.add_argument("--blocks", type=int, default=4, help="with --hold 1: the prompts in this many blocks, each\n"
                         "engine started once per block")
+    parser.add_argument("--groups", nargs="+", metavar="A+B", help="explicit groups instead of --variants' order: each\n"
+                        "a '+'-joined list of variants held and interleaved together with vLLM's ar, e.g.\n"
+                        "slem:DRAFTER+sd:qwen2.5-coder-0.5b to compare two variants within one group")
+    parser.add_argument("--warmup-task", default="HumanEval/163", help="the problem every engine decodes once,\n"
+                        "untimed, before its first timed prompt (not one of the timed prompts)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--out", default="runs/vllm_bench/bf16")
@@ -199,6 +207,9 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if args.report:
         return report(Path(args.report))
+    if args.groups:
+        args.groups = [g.split("+") for g in args.groups]
+        args.variants = ["ar"] + [v for g in args.groups for v in g if v != "ar"]
     for spec in args.variants:
         parse(spec)
     if "ar" not in args.variants:
@@ -224,14 +235,20 @@ def run(args) -> None:
     problems = zoo.dataset("humaneval")[: args.prompts]
     tt = zoo.tokenizer(args.target)
     prompts = [(p["id"], prompt_ids(tt, p["prompt"]), p["prompt"]) for p in problems]
+    warm = {p["id"]: p["prompt"] for p in zoo.dataset("humaneval")}.get(args.warmup_task)
+    if warm is None or args.warmup_task in {task for task, _, _ in prompts}:
+        raise SystemExit(f"--warmup-task {args.warmup_task!r}: name a HumanEval problem outside the timed prompts")
+    args.warmup = (prompt_ids(tt, warm), warm)
     # one id per invocation: a group's ratios are taken against the ar of the same invocation and group, so a
     # later run that adds variants to the same directory never borrows an earlier run's ar
-    base = dict(settings=settings, run=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **records.environment())
+    base = dict(settings=settings, run=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), warmed=args.warmup_task,
+                **records.environment())
     others = [v for v in args.variants if v != "ar"]
     if args.hold == 1:
         return _sequential(others, prompts, done, path, base, args)
     size = (args.hold or len(args.variants)) - 1
-    groups = [others[i:i + size] for i in range(0, len(others), max(size, 1))] or [[]]
+    groups = ([[v for v in g if v != "ar"] for g in args.groups] if args.groups else
+              [others[i:i + size] for i in range(0, len(others), max(size, 1))] or [[]])
     for g, group in enumerate(groups):
         if group and all((v, task) in done for v in group for task, _, _ in prompts):
             continue
@@ -342,7 +359,7 @@ def report(out: Path) -> None:
              f"{rows[0]['settings']['max_new_tokens']} new tokens or HumanEval's stop strings; greedy; vLLM "
              f"{rows[0].get('vllm', '0.32.0')}, transformers {rows[0]['transformers']}, git {rows[0]['git_revision']}",
              "", "Timing: " + "; ".join(_mode(rows, run) for run in dict.fromkeys(r.get("run", "") for r in rows)),
-             "", "| variant | prompts | tokens/s | vs vLLM ar (pooled) | per-prompt median | TTFT s | tau | "
+             "", "| variant | prompts | tokens/s | vs vLLM ar (pooled) | per-prompt median (quartiles) | TTFT s | tau | "
              "accepted per position | equal / tie / differs vs ar | proposer overhead ms/token |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     by = {}
@@ -350,6 +367,7 @@ def report(out: Path) -> None:
         by.setdefault((_group(r), r["variant"]), []).append(r)
     groups = sorted({g for g, _ in by})
     order = list(dict.fromkeys(r["variant"] for r in rows))
+    bars = []  # (variant, (q1, median, q3) of per-prompt ratios, tau) for the figure
     for variant in order:
         for (g, v), rs in sorted(by.items()):
             if v != variant:
@@ -368,11 +386,15 @@ def report(out: Path) -> None:
                        for j in range(max(map(len, pos), default=0))]
             counts = verdicts.get(variant, {})
             overhead = [r["overhead_ms_per_token"] for r in rs if r.get("overhead_ms_per_token") is not None]
-            label = f"{variant} (group {groups.index(g) + 1})" if variant == "ar" and len(groups) > 1 else variant
+            tau = sum(r["tau"] for r in rs) / len(rs)
+            quartiles = sidebyside.spread(ratios) if ratios else None
+            label = f"{variant} (group {groups.index(g) + 1})" if len(groups) > 1 else variant
+            if variant != "ar" and quartiles:
+                bars.append((label, quartiles, tau))
             cells = [label, str(len(rs)), f"{tokens / seconds:.2f}", f"{(tokens / seconds) / ar_tps:.2f}x",
-                     f"{statistics.median(ratios):.2f}x" if ratios else "—",
+                     f"{quartiles[1]:.2f}x ({quartiles[0]:.2f}-{quartiles[2]:.2f})" if quartiles else "—",
                      f"{statistics.mean(ttft):.2f}" if ttft else "—",
-                     f"{sum(r['tau'] for r in rs) / len(rs):.2f}",
+                     f"{tau:.2f}",
                      " ".join(f"{x:.2f}" for x in per_pos) or "—",
                      "—" if variant in ("ar", "xvocab-ar") else
                      f"{counts.get('equal', 0)} / {counts.get('tie', 0)} / {counts.get('differs', 0)}"
@@ -384,8 +406,7 @@ def report(out: Path) -> None:
     text = "\n".join(lines) + "\n"
     records.write_atomic(out / "table.md", text)
     print(text)
-    _figure(out, [line for line in lines if line.startswith("| ") and not line.startswith(("| variant", "| ar"))],
-            lines[0])
+    _figure(out, bars, lines[0])
 
 
 def _mode(rows: list, run: str) -> str:
@@ -403,10 +424,12 @@ def _group(record: dict) -> tuple:
     return record.get("run", ""), record["group"]
 
 
-def _figure(out: Path, rows: list[str], caption: str) -> None:
+def _figure(out: Path, bars: list, caption: str) -> None:
     """speedup.png: each variant's median over prompts of its tokens/s over its group's vLLM ar on the same prompt
-    (one decode disturbed by other work moves one ratio, not the bar), tau written on the bar (the table's numbers;
-    skipped where matplotlib is not installed)."""
+    (one decode disturbed by other work moves one ratio, not the bar), the quartiles as a whisker, tau written
+    beside it; the caption wrapped to the figure's width (skipped where matplotlib is not installed)."""
+    import textwrap
+
     try:
         import matplotlib
 
@@ -414,21 +437,22 @@ def _figure(out: Path, rows: list[str], caption: str) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         return
-    cells = [[c.strip() for c in row.strip("|").split("|")] for row in rows]
-    names = [c[0].replace("qwen2.5-coder-1.5b-drafter-deepseek-coder-aligned-v4", "drafter v4") for c in cells]
-    speed = [float(c[4].rstrip("x")) for c in cells]  # the per-prompt median column
-    fig, ax = plt.subplots(figsize=(8, 0.5 + 0.45 * len(names)))
+    names = [b[0].replace("qwen2.5-coder-1.5b-drafter-deepseek-coder-aligned-v4", "drafter v4") for b in bars]
+    q1, med, q3 = (list(x) for x in zip(*(b[1] for b in bars))) if bars else ([], [], [])
+    fig, ax = plt.subplots(figsize=(9, 1.6 + 0.45 * len(names)))
     colours = ["#4c72b0" if n.startswith(PROPOSER) else "#999999" for n in names]
-    ax.barh(names[::-1], speed[::-1], color=colours[::-1])
+    y = list(range(len(names)))[::-1]
+    ax.barh(y, med, color=colours, xerr=[[m - a for m, a in zip(med, q1)], [b - m for m, b in zip(med, q3)]],
+            error_kw=dict(ecolor="black", elinewidth=0.8, capsize=3))
+    ax.set_yticks(y, names)
     ax.axvline(1.0, color="black", linewidth=0.8)
-    for y, (s, c) in enumerate(zip(speed[::-1], cells[::-1])):
-        ax.text(s + 0.02, y, f"{s:.2f}x  tau {c[6]}", va="center", fontsize=8)
-    ax.set_xlabel("tokens/s over vLLM's ar, median of per-prompt ratios (same group, interleaved); "
-                  "blue: xvocab's proposer inside vLLM", fontsize=8)
-    ax.set_xlim(0, max(speed) * 1.35)
-    ax.set_title(caption.split(";")[0] + ";" + caption.split(";")[1], fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "speedup.png", dpi=120)
+    for yy, m, hi, b in zip(y, med, q3, bars):
+        ax.text(hi + 0.03, yy, f"{m:.2f}x  tau {b[2]:.2f}", va="center", fontsize=8)
+    ax.set_xlabel("tokens/s over vLLM's ar of the same group, per-prompt median (whiskers: quartiles)\n"
+                  "blue: xvocab's proposer inside vLLM; grey: vLLM's own methods and xvocab's loop", fontsize=8)
+    ax.set_xlim(0, max(q3, default=1.0) * 1.3)
+    ax.set_title("\n".join(textwrap.wrap(caption, 110)), fontsize=7, loc="left")
+    fig.savefig(out / "speedup.png", dpi=120, bbox_inches="tight")
     plt.close(fig)
 
 
