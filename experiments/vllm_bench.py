@@ -8,8 +8,9 @@ order rotating from prompt to prompt, so a machine that drifts moves every varia
 every engine at once (`--hold`), the variants run in groups, each group interleaved with vLLM's ar, and every
 ratio is taken against the ar of its own group. Where it holds only one (`--hold 1`: float32 1.5B targets on 23 GiB),
 the prompts run in `--blocks` blocks and each engine runs a block alone, ar's included, so a prompt's ratio compares
-decodes minutes apart (the report says which mode each run used). `--groups A+B C` names the groups outright (two
-variants compared within one group, against one ar). Every engine decodes one untimed prompt (`--warmup-task`,
+decodes minutes apart (the report says which mode each run used). `--groups ar+A B+C` names the groups outright, each
+holding ar only where named: a group without ar (B+C, where memory holds two engines) compares its variants with
+its first one, prompt by prompt. Every engine decodes one untimed prompt (`--warmup-task`,
 outside the timed ones) before its first timed prompt, so no variant is timed cold. One JSON line per (variant, prompt) goes to
 `<out>/records.jsonl` (xvocab.measure.records: atomic, resumable: a rerun skips what is there), with the CPU, versions
 and git revision; `python -m experiments.vllm_bench --report <out>` prints and writes the table (`<out>/table.md`) and a figure.
@@ -195,9 +196,9 @@ def main(argv=None) -> None:
                         "with their drafts exhausted 24 GiB here); 1: one engine at a time, in --blocks blocks")
     parser.add_argument("--blocks", type=int, default=4, help="with --hold 1: the prompts in this many blocks, each\n"
                         "engine started once per block")
-    parser.add_argument("--groups", nargs="+", metavar="A+B", help="explicit groups instead of --variants' order: each\n"
-                        "a '+'-joined list of variants held and interleaved together with vLLM's ar, e.g.\n"
-                        "slem:DRAFTER+sd:qwen2.5-coder-0.5b to compare two variants within one group")
+    parser.add_argument("--groups", nargs="+", metavar="A+B", help="explicit groups instead of --variants and --hold:\n"
+                        "each a '+'-joined list of variants held and interleaved together, ar only where\n"
+                        "named (ar+slem:X; slem:DRAFTER+sd:qwen2.5-coder-0.5b compares two variants directly)")
     parser.add_argument("--warmup-task", default="HumanEval/163", help="the problem every engine decodes once,\n"
                         "untimed, before its first timed prompt (not one of the timed prompts)")
     parser.add_argument("--threads", type=int, default=2)
@@ -209,11 +210,11 @@ def main(argv=None) -> None:
         return report(Path(args.report))
     if args.groups:
         args.groups = [g.split("+") for g in args.groups]
-        args.variants = ["ar"] + [v for g in args.groups for v in g if v != "ar"]
+        args.variants = list(dict.fromkeys(v for g in args.groups for v in g))
     for spec in args.variants:
         parse(spec)
     if "ar" not in args.variants:
-        raise SystemExit("the variants must include ar: every ratio is taken against vLLM's ar")
+        raise SystemExit("the variants must include ar: ratios are taken against vLLM's ar")
     run(args)
     report(Path(args.out))
 
@@ -247,12 +248,12 @@ def run(args) -> None:
     if args.hold == 1:
         return _sequential(others, prompts, done, path, base, args)
     size = (args.hold or len(args.variants)) - 1
-    groups = ([[v for v in g if v != "ar"] for g in args.groups] if args.groups else
-              [others[i:i + size] for i in range(0, len(others), max(size, 1))] or [[]])
+    groups = (args.groups if args.groups else  # explicit groups hold ar only where named
+              [["ar"] + others[i:i + size] for i in range(0, len(others), max(size, 1))] or [["ar"]])
     for g, group in enumerate(groups):
-        if group and all((v, task) in done for v in group for task, _, _ in prompts):
+        if all((v, task) in done for v in group if v != "ar" for task, _, _ in prompts) and group != ["ar"]:
             continue
-        workers = _start(["ar"] + group, path, dict(base, group=g), args)
+        workers = _start(group, path, dict(base, group=g), args)
         try:
             _interleave(workers, prompts, path, dict(base, group=g), f"group {g + 1}/{len(groups)}")
         finally:
@@ -368,11 +369,15 @@ def report(out: Path) -> None:
     groups = sorted({g for g, _ in by})
     order = list(dict.fromkeys(r["variant"] for r in rows))
     bars = []  # (variant, (q1, median, q3) of per-prompt ratios, tau) for the figure
+    lines_ref = []
     for variant in order:
         for (g, v), rs in sorted(by.items()):
             if v != variant:
                 continue
-            ar = {r["prompt"]: r for r in by.get((g, "ar"), [])}
+            ref = "ar" if (g, "ar") in by else next(v2 for (g2, v2) in by if g2 == g)  # a group without ar: its first
+            if v == ref and ref != "ar":
+                lines_ref.append(f"Group {groups.index(g) + 1} holds no ar: its ratios are to {ref}, prompt by prompt")
+            ar = {r["prompt"]: r for r in by.get((g, ref), [])}
             tokens, seconds = sum(len(r["token_ids"]) for r in rs), sum(r["seconds"] for r in rs)
             ar_rs = [ar[r["prompt"]] for r in rs if r["prompt"] in ar]
             ar_tps = sum(len(r["token_ids"]) for r in ar_rs) / max(sum(r["seconds"] for r in ar_rs), 1e-9)
@@ -389,8 +394,8 @@ def report(out: Path) -> None:
             tau = sum(r["tau"] for r in rs) / len(rs)
             quartiles = sidebyside.spread(ratios) if ratios else None
             label = f"{variant} (group {groups.index(g) + 1})" if len(groups) > 1 else variant
-            if variant != "ar" and quartiles:
-                bars.append((label, quartiles, tau))
+            if variant != ref and quartiles:
+                bars.append((label if ref == "ar" else f"{label} vs {ref}", quartiles, tau))
             cells = [label, str(len(rs)), f"{tokens / seconds:.2f}", f"{(tokens / seconds) / ar_tps:.2f}x",
                      f"{quartiles[1]:.2f}x ({quartiles[0]:.2f}-{quartiles[2]:.2f})" if quartiles else "—",
                      f"{statistics.mean(ttft):.2f}" if ttft else "—",
@@ -401,6 +406,7 @@ def report(out: Path) -> None:
                      + (f" ({counts['unjudged']} unjudged)" if counts.get("unjudged") else ""),
                      f"{statistics.mean(overhead):.2f}" if overhead else "—"]
             lines.append("| " + " | ".join(cells) + " |")
+    lines += [f"\n{line}" for line in lines_ref]
     for r in failed:
         lines.append(f"\nFailed: {r['variant']} on {r['prompt']}: {r['failed']}")
     text = "\n".join(lines) + "\n"
