@@ -2,13 +2,14 @@
 where an algorithm's name travels.
 
 What: every import in xvocab/, experiments/ and paper_figs/ (function-level ones too) read from the source (`graph`);
-a module's floor is 0 when it imports no library module, else one above the highest floor it imports (so an import
-always points down); `find_cycle` returns one import cycle or None. `--walk` lists the library functions that take
+`ROOMS` declares the order of the library's rooms and `room_violations` lists every import against it;
+`find_cycle` returns one import cycle or None; a module's floor (printed) is 0 when it imports no library module,
+else one above the highest floor it imports. `--walk` lists the library functions that take
 an `algorithm` argument, by floor: each is a place an algorithm's name is read or handed on, the walk a reader
 follows from `xvocab.generate` (the fewer, and the fewer floors they span, the less there is to follow).
 
-Why: tests/test_crash_paths.py asserts no cycle and no reaching into another module's private names from this
-graph; this command prints what the test asserts about, for the log and the house issue's before/after.
+Why: tests/test_crash_paths.py asserts the room order, no cycle and no reaching into another module's private
+names from this graph; this command prints what the test asserts about, for the log and the house issue's before/after.
 
     python -m experiments.import_graph [--walk] [--root DIR]
 """
@@ -20,6 +21,36 @@ from collections import Counter
 from pathlib import Path
 
 PACKAGES = ("xvocab", "experiments", "paper_figs")  # every module of the project
+
+# The library's rooms (xvocab/<room>/ folders, and the single modules errors.py and defaults.py), lowest first: a
+# module may import from its own room and from rooms below it, never above (the package's __init__, the door,
+# may import any). CONTRIBUTING.md shows this order; tests/test_crash_paths.py holds the graph to it.
+ROOMS = ("errors", "defaults", "alignment", "zoo", "runtime", "verification", "algorithms", "measure", "decode",
+         "checks", "drafter", "vllm")
+
+
+def room(module: str) -> str | None:
+    """The room of a library module (`xvocab.decode.loop` -> decode, `xvocab.errors` -> errors); None for the
+    package itself and for modules outside the library."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "xvocab" and len(parts) > 1 else None
+
+
+def room_violations(g: dict[str, set[str]]) -> list[str]:
+    """Every library import that points up the room order or into an undeclared room, as "module -> module (room
+    -> room)"; empty when the rooms form the declared order (which makes a cycle between rooms impossible)."""
+    out = []
+    for m, deps in sorted(g.items()):
+        mine = room(m)
+        if mine is None:
+            continue
+        for d in sorted(deps):
+            theirs = room(d)
+            if theirs is None or theirs == mine:
+                continue
+            if mine not in ROOMS or theirs not in ROOMS or ROOMS.index(theirs) > ROOMS.index(mine):
+                out.append(f"{m} -> {d} ({mine} -> {theirs})")
+    return out
 
 
 def modules(root: Path) -> dict[str, Path]:
@@ -92,13 +123,17 @@ def algorithm_walk(root: Path, floor: dict[str, int]) -> list[tuple[int, str]]:
     return sorted(out)
 
 
-NAMES = {"ar", "sd", "slem", "tli", "slrs"}  # the shipped algorithms' names, as source text would spell them
+def _names() -> set[str]:
+    """The registered algorithms' names, as source text would spell them."""
+    from xvocab import algorithms
+
+    return set(algorithms.REGISTRY)
 
 
 def name_comparisons(root: Path, package: str = "xvocab") -> list[str]:
     """module:line of each comparison with an algorithm's name written out (`algorithm == "slem"`, `in ("tli",
     "slrs")`): each is a place that decides by name what the registry entry should say."""
-    out = []
+    out, names = [], _names()
     for name, path in modules(root).items():
         if not name.startswith(package):
             continue
@@ -106,7 +141,7 @@ def name_comparisons(root: Path, package: str = "xvocab") -> list[str]:
             if isinstance(node, ast.Compare):
                 for side in [node.left, *node.comparators]:
                     consts = side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
-                    if any(isinstance(c, ast.Constant) and c.value in NAMES for c in consts):
+                    if any(isinstance(c, ast.Constant) and c.value in names for c in consts):
                         out.append(f"{name}:{node.lineno}")
                         break
     return out
@@ -122,6 +157,8 @@ def main(argv=None) -> None:
     cycle = find_cycle(g)
     print(f"modules: {len(g)} ({sum(m.startswith('xvocab') for m in g)} in the library); cycle: "
           f"{' -> '.join(cycle) if cycle else 'none'}; private imports across modules: {len(private)}")
+    print(f"rooms, lowest first: {' < '.join(ROOMS)}; imports against that order: "
+          + ("; ".join(room_violations(g)) or "none"))
     if find_cycle({m: d for m, d in g.items() if m.startswith("xvocab")}):
         return  # floors need an acyclic library
     floor = floors(g)

@@ -71,7 +71,7 @@ def check_pair(target_name: str, draft_name: str, *, seed: int, max_new_tokens: 
         for prompt in PROMPTS:
             ref = generate(prompt, algorithm="ar", **both).token_ids
             refs.append(ref)
-            for alg in CROSS:
+            for alg in algorithms.names(cross_vocabulary=True):  # read when the sweep runs: plugins included
                 for enc in ("native", "aligned"):
                     out = generate(prompt, algorithm=alg, draft_encoding=enc, **pair)
                     taus += [out.stats.tau] if alg == "slem" else []
@@ -82,18 +82,16 @@ def check_pair(target_name: str, draft_name: str, *, seed: int, max_new_tokens: 
             for enc in ("native", "aligned"):
                 if generate(prompt, algorithm="slem", draft_encoding=enc, **pair, **coupled).token_ids != cref:
                     fails.append(("coupled slem", enc, "T=1", kind, prompt))
-        for alg in CROSS:
+        for alg in algorithms.names(cross_vocabulary=True):
             outs = xvocab.generate_batch(PROMPTS, algorithm=alg, batch_size=4, **pair)
             fails += [(alg, "batched", "T=0", kind, PROMPTS[i]) for i, o in enumerate(outs) if o.token_ids != refs[i]]
         summary.append(f"{kind} slem tau {sum(taus) / len(taus):.2f}")
     return fails, ", ".join(summary)
 
 
-CROSS = algorithms.names(cross_vocabulary=True)  # what the sweep checks, from the registry
-
 # (setting, draft encoding, rows per generate_batch call: 0 = one generate call per sample)
 SAMPLING_RUNS = [("T1-top_k3", "native", 0), ("T0.7-top_p0.95", "aligned", 50)]
-SAMPLING_ALGORITHMS = CROSS
+SAMPLING_ALGORITHMS = None  # None: every cross-vocabulary algorithm registered when the sweep runs
 
 
 def check_pair_sampling(target_name: str, draft_name: str, *, seed: int, samples: int) -> tuple[list[tuple], str]:
@@ -105,7 +103,7 @@ def check_pair_sampling(target_name: str, draft_name: str, *, seed: int, samples
     exact = {setting: exact_distribution(target, tt, PROMPT, SETTINGS[setting], TOKENS)
              for setting, _, _ in SAMPLING_RUNS}
     fails, summary = [], []
-    for alg in SAMPLING_ALGORITHMS:
+    for alg in SAMPLING_ALGORITHMS or algorithms.names(cross_vocabulary=True):
         pvalues, taus = [], []
         for setting, encoding, batch in SAMPLING_RUNS:
             p = sampled_pvalue((target, tt, draft, dt), alg, SETTINGS[setting], n=samples, batch=batch,

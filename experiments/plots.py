@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from paper_figs.style import COLORS
+from paper_figs.style import style
 
 
 def short_name(draft) -> str | None:
@@ -123,7 +123,7 @@ def frontier_figure(rows: list[dict], out_path: Path, title: str, speedups=(1.0,
     for r, x in zip(rows, cost):
         near = sum(abs(x - a) < 0.45 and abs(r["tau"] - b) < 0.07 for a, b in placed)  # close labels stack
         placed.append((x, r["tau"]))
-        color = COLORS.get(r["algorithm"], "k")  # paper_figs.style: one colour per algorithm in every figure
+        color = style(r["algorithm"])[0]  # paper_figs.style: one colour per algorithm in every figure
         ax.plot(x, r["tau"], "os^D"[machines.index(short_cpu(r.get("cpu"))) % 4], color=color, ms=5)
         ax.annotate(f"{r['algorithm']} / {_compact(r['draft'])}  {r['tau'] / x:.2f}x", (x, r["tau"]),
                     fontsize=6, xytext=(5, -3 - 8 * near), textcoords="offset points")

@@ -70,9 +70,14 @@ def load_pair(target: str, draft: str | None, dtype: str, device: str, device_ma
     return t_model, t_tok, d_model, d_tok
 
 
+def drafts(algorithm: str) -> bool:
+    """Whether `algorithm` reads a draft (its registry entry says; `ar` does not)."""
+    return algorithms.get(algorithm).uses_draft
+
+
 def draft_kwargs(algorithm: str, draft, draft_tokenizer) -> dict:
-    """generate()'s draft arguments for `algorithm`: none for `ar` (it refuses a draft it would not use)."""
-    return {} if algorithm == "ar" else {"draft": draft, "draft_tokenizer": draft_tokenizer}
+    """generate()'s draft arguments for `algorithm`: none for one that reads no draft (it refuses a draft)."""
+    return {"draft": draft, "draft_tokenizer": draft_tokenizer} if drafts(algorithm) else {}
 
 
 def stop_strings(cfg: dict) -> list[str]:
@@ -91,7 +96,7 @@ def stop_strings(cfg: dict) -> list[str]:
 
 def point(cfg: dict, algorithm: str) -> dict:
     """The config fields that determine a record's output and timing (hashed to key records)."""
-    ar = algorithm == "ar"
+    ar = not drafts(algorithm)
     return {"target": cfg["pair"]["target"], "draft": None if ar else cfg["pair"]["draft"], "algorithm": algorithm,
             "dataset": cfg["dataset"]["name"], "k": 0 if ar else cfg["k"], "temperature": cfg["temperature"],
             "top_k": cfg["top_k"], "top_p": cfg["top_p"], "max_new_tokens": cfg["max_new_tokens"],
@@ -127,8 +132,8 @@ def _generate(row, index, cfg, algorithm, models):
                            algorithm=algorithm, k=cfg["k"], max_new_tokens=cfg["max_new_tokens"],
                            temperature=cfg["temperature"], top_k=cfg["top_k"], top_p=cfg["top_p"],
                            seed=prompt_seed(cfg["seed"], index), draft_confidence=cfg["draft_confidence"],
-                           draft_window=0 if algorithm == "ar" else cfg["draft_window"],
-                           draft_encoding=None if algorithm == "ar" else cfg.get("draft_encoding"), cache=cfg["cache"],
+                           draft_window=cfg["draft_window"] if drafts(algorithm) else 0,
+                           draft_encoding=cfg.get("draft_encoding") if drafts(algorithm) else None, cache=cfg["cache"],
                            draft_temperature=cfg["draft_temperature"], coupling=cfg["coupling"],
                            stop=stop_strings(cfg))
 
@@ -186,7 +191,7 @@ def run(cfg: dict, writer: str | None = None) -> Path:
           f"already in {path}")
     if not todo:
         return path
-    draft = None if algorithm == "ar" else cfg["pair"]["draft"]
+    draft = cfg["pair"]["draft"] if drafts(algorithm) else None
     models = load_pair(cfg["pair"]["target"], draft, cfg["dtype"], device, cfg["pair"]["device_map"])
     # Greedy rows, and coupled slem at T > 0, must emit ar's tokens (ar_conf is coupled ar then): checked per prompt.
     exact_check = cfg["check_ar"] and records.equals_ar_by_construction(conf)
@@ -194,7 +199,7 @@ def run(cfg: dict, writer: str | None = None) -> Path:
     judge = ties.Float32Judge(ar_models[0])  # bfloat16 differences from ar: a tie by the policy, or a failure
     for _ in range(cfg["warmup"]):  # untimed: first-call allocations and kernel selection
         _generate(rows[0], 0, {**cfg, "max_new_tokens": min(8, cfg["max_new_tokens"])}, algorithm, models)
-    if cfg["batch_size"] > 1 or (cfg["policy"] and algorithm != "ar"):
+    if cfg["batch_size"] > 1 or (cfg["policy"] and drafts(algorithm)):
         _run_batches(todo, cfg, conf, algorithm, models, path, writer)
         return path
     tokens = forwards = 0
@@ -266,7 +271,7 @@ def _run_batches(todo: list, cfg: dict, conf: dict, algorithm: str, models, path
     target, tt, draft, dt = models
     size = cfg["batch_size"]
     policy = None
-    if cfg["policy"] and algorithm != "ar":
+    if cfg["policy"] and drafts(algorithm):
         sizes = sorted({min(size, 2 ** i) for i in range(size.bit_length() + 1)})
         print(f"policy: measuring batched forward costs at batch sizes {sizes}")
         policy = Policy(measure_costs(target, draft, batch_sizes=sizes, k=cfg["k"]))
@@ -287,8 +292,8 @@ def _run_batches(todo: list, cfg: dict, conf: dict, algorithm: str, models, path
                           top_k=cfg["top_k"], top_p=cfg["top_p"],
                           seed=[prompt_seed(cfg["seed"], index) for index, _ in todo],
                           draft_confidence=cfg["draft_confidence"],
-                          draft_window=0 if algorithm == "ar" else cfg["draft_window"],
-                          draft_encoding=None if algorithm == "ar" else cfg.get("draft_encoding"),
+                          draft_window=cfg["draft_window"] if drafts(algorithm) else 0,
+                          draft_encoding=cfg.get("draft_encoding") if drafts(algorithm) else None,
                           policy=policy, cache=cfg["cache"], draft_temperature=cfg["draft_temperature"],
                           batch_size=size, on_finish=on_finish, coupling=cfg["coupling"], stop=stop_strings(cfg))
     bar.close()

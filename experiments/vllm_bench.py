@@ -47,13 +47,12 @@ from dataclasses import fields
 from pathlib import Path
 
 from experiments import sidebyside
-from xvocab.vllm.settings import ALGORITHMS
+from xvocab.vllm.settings import served
 
 DEFAULT_VARIANTS = ("ar", "vllm-tli:smollm2-135m", "slem:smollm2-135m", "tli:smollm2-135m", "slem:gemma-3-270m",
                     "slem:qwen2.5-coder-1.5b-drafter-deepseek-coder-aligned-v4", "sd:qwen2.5-coder-0.5b",
                     "xvocab-ar", "xvocab-slem:smollm2-135m")
 XVOCAB_LOOP = ("xvocab-ar", "xvocab-slem", "xvocab-tli")
-PROPOSER = ALGORITHMS  # what xvocab's proposer serves (the registry's entries with in_vllm)
 VLLM_OWN = ("vllm-tli", "sd")
 
 
@@ -64,12 +63,12 @@ def parse(spec: str) -> tuple[str, str | None, dict]:
 
     head, *pairs = spec.split(",")
     kind, _, draft = head.partition(":")
-    known = ("ar",) + VLLM_OWN + PROPOSER + XVOCAB_LOOP
+    known = ("ar",) + VLLM_OWN + served() + XVOCAB_LOOP
     if kind not in known:
         raise SystemExit(f"variant {spec!r}: kind {kind!r} is none of {', '.join(known)}")
     if (kind in ("ar", "xvocab-ar")) != (not draft):
         raise SystemExit(f"variant {spec!r}: {'ar takes no draft' if draft else 'name a draft: KIND:DRAFT'}")
-    allowed = ({"k"} if draft else set()) | ({f.name for f in fields(Settings)} - {"draft", "algorithm"} if kind in PROPOSER
+    allowed = ({"k"} if draft else set()) | ({f.name for f in fields(Settings)} - {"draft", "algorithm"} if kind in served()
                                              else set())
     options = {}
     for pair in pairs:
@@ -128,7 +127,7 @@ def _engine(spec: str, args) -> tuple:
 
     engine = dict(model=str(serving_dir(args.target)), dtype=args.dtype, enforce_eager=True,
                   max_model_len=args.max_model_len, max_num_seqs=1, seed=0, disable_log_stats=False)
-    if kind in PROPOSER:
+    if kind in served():
         engine |= xvocab.vllm.engine_args(draft=draft, algorithm=kind, k=k, **options)
     elif kind in VLLM_OWN:
         engine["speculative_config"] = {"method": "draft_model", "model": str(serving_dir(draft)),
@@ -139,7 +138,7 @@ def _engine(spec: str, args) -> tuple:
 
     def run(ids, text):
         before = spec_counts(llm) if kind in VLLM_OWN else None
-        mine = llm.collective_rpc(xvocab.vllm.worker_stats)[0] if kind in PROPOSER else None
+        mine = llm.collective_rpc(xvocab.vllm.worker_stats)[0] if kind in served() else None
         start = time.perf_counter()
         out = llm.generate([{"prompt_token_ids": ids}], params, use_tqdm=False)[0]
         seconds = time.perf_counter() - start
@@ -150,7 +149,7 @@ def _engine(spec: str, args) -> tuple:
         if kind in VLLM_OWN:  # its draft model proposes at every step after the prefill: forwards = 1 + drafts
             rates = acceptance(before, spec_counts(llm), len(tokens))
             rec |= dict(tau=rates["tau"], per_position=rates["per_position"])
-        elif kind in PROPOSER:
+        elif kind in served():
             run_stats = xvocab.vllm.stats_delta(mine, llm.collective_rpc(xvocab.vllm.worker_stats)[0])
             rec |= dict(tau=len(tokens) / max(run_stats["forwards"], 1), per_position=run_stats["per_position"],
                         overhead_ms_per_token=run_stats["overhead_ms_per_proposed_token"],
@@ -446,7 +445,7 @@ def _figure(out: Path, bars: list, caption: str) -> None:
     names = [b[0].replace("qwen2.5-coder-1.5b-drafter-deepseek-coder-aligned-v4", "drafter v4") for b in bars]
     q1, med, q3 = (list(x) for x in zip(*(b[1] for b in bars))) if bars else ([], [], [])
     fig, ax = plt.subplots(figsize=(9, 1.6 + 0.45 * len(names)))
-    colours = ["#4c72b0" if n.startswith(PROPOSER) else "#999999" for n in names]
+    colours = ["#4c72b0" if n.startswith(served()) else "#999999" for n in names]
     y = list(range(len(names)))[::-1]
     ax.barh(y, med, color=colours, xerr=[[m - a for m, a in zip(med, q1)], [b - m for m, b in zip(med, q3)]],
             error_kw=dict(ecolor="black", elinewidth=0.8, capsize=3))

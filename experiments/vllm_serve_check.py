@@ -23,7 +23,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from xvocab.vllm.settings import ALGORITHMS
+from xvocab.vllm.settings import served
 
 PROMPTS = ["def fibonacci(n):", "The quick brown fox", "import os\n"]
 
@@ -32,7 +32,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", help="zoo model or checkpoint directory (default: a tiny pair's target)")
     parser.add_argument("--draft", help="zoo model, drafter or directory (default: the tiny pair's draft)")
-    parser.add_argument("--algorithm", default="slem", choices=ALGORITHMS)
+    parser.add_argument("--algorithm", default="slem", choices=served())
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--max-tokens", type=int, default=32)

@@ -13,7 +13,7 @@ import csv
 from collections import defaultdict
 from pathlib import Path
 
-from paper_figs.style import COLORS, MARKERS, plt, read_report, save, setup
+from paper_figs.style import plt, read_report, save, setup, style
 
 
 def speedup_vs_k(rows, out):
@@ -24,9 +24,9 @@ def speedup_vs_k(rows, out):
             series[r["algorithm"], r["temperature"]].append((r["k"], r["speedup"]))
     for (alg, temp), pts in sorted(series.items()):
         pts.sort()
-        ax.plot(*zip(*pts), marker=MARKERS[alg], color=COLORS[alg], linestyle="-" if temp == 0 else "--",
+        ax.plot(*zip(*pts), marker=style(alg)[1], color=style(alg)[0], linestyle="-" if temp == 0 else "--",
                 label=f"{alg} T={temp:g}")
-    ax.axhline(1.0, color=COLORS["ar"], linewidth=0.8)
+    ax.axhline(1.0, color=style("ar")[0], linewidth=0.8)
     ax.set(xlabel="draft length k", ylabel="speedup over ar")
     ax.legend(fontsize=7)
     return save(fig, out, "speedup_vs_k")
@@ -40,7 +40,7 @@ def tau_vs_temperature(rows, out):
             series[r["algorithm"], r["k"]].append((r["temperature"], r["tau"]))
     for (alg, k), pts in sorted(series.items()):
         pts.sort()
-        ax.plot(*zip(*pts), marker=MARKERS[alg], color=COLORS[alg], label=f"{alg} k={k}")
+        ax.plot(*zip(*pts), marker=style(alg)[1], color=style(alg)[0], label=f"{alg} k={k}")
     ax.set(xlabel="temperature", ylabel="tau (tokens per target forward)")
     ax.legend(fontsize=7)
     return save(fig, out, "tau_vs_temperature")
@@ -51,7 +51,7 @@ def per_position(rows, out):
     for r in rows:
         if r["algorithm"] != "ar" and r["per_position"]:
             pos = range(1, len(r["per_position"]) + 1)
-            ax.plot(pos, r["per_position"], marker=MARKERS[r["algorithm"]], color=COLORS[r["algorithm"]],
+            ax.plot(pos, r["per_position"], marker=style(r["algorithm"])[1], color=style(r["algorithm"])[0],
                     linestyle="-" if r["temperature"] == 0 else "--",
                     label=f"{r['algorithm']} k={r['k']} T={r['temperature']:g}")
     ax.set(xlabel="draft position", ylabel="P(accepted | proposed)", ylim=(0, 1.02))

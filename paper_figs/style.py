@@ -1,4 +1,6 @@
-"""One look for every figure: each algorithm keeps its colour and marker everywhere."""
+"""One look for every figure: each algorithm keeps its colour and marker everywhere. The named ones below are the
+paper's look; any other name (an algorithm registered later, a variant) gets one of its own from `style`, fixed by
+its name alone, so it is the same in every figure and every run."""
 from __future__ import annotations
 
 import csv
@@ -12,6 +14,17 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 COLORS = {"ar": "#555555", "sd": "#8c564b", "slem": "#1f77b4", "tli": "#ff7f0e", "slrs": "#2ca02c"}
 MARKERS = {"ar": "s", "sd": "v", "slem": "o", "tli": "^", "slrs": "D"}
+_SPARE_COLORS = ("#d62728", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31")
+_SPARE_MARKERS = ("X", "*", "h", "<", ">", "p", "d", "8")
+
+
+def style(name: str) -> tuple[str, str]:
+    """(colour, marker) of `name`: its own where listed above, else one chosen by a stable hash of the name."""
+    import zlib
+
+    h = zlib.crc32(name.encode())
+    return (COLORS.get(name, _SPARE_COLORS[h % len(_SPARE_COLORS)]),
+            MARKERS.get(name, _SPARE_MARKERS[(h // len(_SPARE_COLORS)) % len(_SPARE_MARKERS)]))
 
 
 def setup():

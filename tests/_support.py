@@ -4,6 +4,7 @@ rule)."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import torch
 
@@ -13,8 +14,14 @@ from xvocab.measure.policy import Costs, Policy
 from xvocab.zoo.tiny import mirror_model
 
 # The suites' algorithm lists, from the registry (a new algorithm joins every suite that runs these).
-CROSS = algorithms.names(cross_vocabulary=True)   # every algorithm over two vocabularies: slem, tli, slrs
+CROSS = algorithms.names(cross_vocabulary=True)   # every algorithm over two vocabularies: slem, tli, slrs, rdk
 ALL = ("ar",) + CROSS                             # with the baseline
+
+
+def patch_drafter(monkeypatch, name: str, draft) -> None:
+    """Swap the drafter of the registry's entry `name` (the one place an algorithm's drafter lives) for `draft`,
+    undone after the test."""
+    monkeypatch.setitem(algorithms.REGISTRY, name, dataclasses.replace(algorithms.get(name), draft=draft))
 
 
 def drafting(algorithm: str, draft, draft_tokenizer) -> dict:

@@ -332,11 +332,12 @@ def test_context_limit_is_read_from_the_text_config_on_both_loops():
 
 def test_the_project_has_no_import_cycle_and_no_module_imports_anothers_private_names():
     """Every import in xvocab/, experiments/ and paper_figs/ (function-level ones too) read from the source: the
-    module graph has no cycle, no library module imports the experiments, and no `from x import _name` reaches into
-    another module. Control: the graph walk finds a cycle when one is added."""
+    module graph has no cycle, no library module imports the experiments, every import between the library's rooms
+    points down their declared order, and no `from x import _name` reaches into another module. Controls: a cycle
+    added is found, and a planted upward import and a planted room cycle are each reported."""
     from pathlib import Path
 
-    from experiments.import_graph import find_cycle, floors
+    from experiments.import_graph import ROOMS, find_cycle, room_violations
     from experiments.import_graph import graph as import_graph
 
     graph, private = import_graph(Path(xvocab.__file__).parent.parent)
@@ -346,6 +347,15 @@ def test_the_project_has_no_import_cycle_and_no_module_imports_anothers_private_
     assert not upward, f"library modules importing experiments or figures: {upward}"
     rounds, engine = "xvocab.decode.rounds", "xvocab.decode.engine"
     assert find_cycle(graph | {rounds: graph[rounds] | {engine}}) is not None  # control
-    floor = floors(graph)  # every library import points down a floor: floors exist because there is no cycle
-    assert all(floor[d] < floor[m] for m, deps in graph.items() if m in floor for d in deps if d in floor)
+    assert room_violations(graph) == []
+    planted = graph | {"xvocab.alignment.tables": graph["xvocab.alignment.tables"] | {"xvocab.decode.loop"}}
+    assert room_violations(planted) == ["xvocab.alignment.tables -> xvocab.decode.loop (alignment -> decode)"]
+    host, verify = "xvocab.runtime.host", "xvocab.verification.verify"  # a room cycle with no module cycle in it
+    cyclic = graph | {host: graph[host] | {"xvocab.verification.seeds"}}
+    assert verify in graph and "xvocab.runtime.host" in graph[verify] and find_cycle(cyclic) is None
+    assert room_violations(cyclic) == ["xvocab.runtime.host -> xvocab.verification.seeds (runtime -> verification)"]
+    rooms = {p.name for p in (Path(xvocab.__file__).parent).iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert rooms | {"errors", "defaults"} == set(ROOMS), "a room of xvocab/ is missing from the declared order"
+    contributing = (Path(xvocab.__file__).parent.parent / "CONTRIBUTING.md").read_text()
+    assert " < ".join(ROOMS) in contributing, "CONTRIBUTING.md does not show the declared room order"
     assert find_cycle(graph | {"experiments.plots": graph["experiments.plots"] | {"experiments.report"}})  # control

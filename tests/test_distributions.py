@@ -16,16 +16,21 @@ n sampled sequences from `xvocab.generate` (and, for one case per algorithm and 
   checked in `test_power_statement`). The named alternatives below, the negative controls, are
   each asserted to fail.
 
-Negative controls, one per algorithm, each a bug that once existed somewhere:
-* slem: accept the draft's token without the target's own draw (accept every proposal); coupled slem
-  (coupling="gumbel", xvocab.verification.coupling): the target's race written as argmax p E instead of p / E;
-* tli: the draft's distribution restricted to the intersection but not renormalized;
-* slrs: q(d) of the drawn draft token used in place of psi(t), the mass of all draft tokens
-  whose first target token is t. On the mirrored pairs the draft's candidates inside the target's
-  truncated support rarely share a first target token, so this bug leaves their samples unchanged;
-  the control runs on `_psi_case`, steered so that two of the draft's three candidates share one
-  (psi(t) = 2/3 against q(d) = 1/3), where SLRS itself must pass and the bug must fail;
-* sd: the residual max(p - q, 0) left unnormalized and sampled as if it summed to one.
+Negative controls, one per drafting algorithm, read off its registry entry (xvocab.algorithms.common.Algorithm):
+its `control_draft` (a bug planted in its drafter: tli's rows not renormalized, slrs's q(d) for psi(t), rdk's rows
+sent before its kernel) or, where it has none, the bug of its verification kind planted in the verifier (exact
+match: every proposal accepted without the target's own draw; rejection: the residual max(p - r, 0) sampled
+unnormalized), each run on the steered case its entry names (`control_case`), where the algorithm itself must pass
+and the bug must fail:
+* "mirror": llama-spm <- mistral-v7, the draft a noisy mirror of the target;
+* "outside": the same pair with most of q outside the intersection (TLI's renormalization matters);
+* "shared-first-token": target and draft steered so that two of the draft's three candidates share one first
+  target token (psi(t) = 2/3 against q(d) = 1/3); on the mirrored pairs the draft's candidates inside the target's
+  truncated support rarely share one, so SLRS's bug would leave their samples unchanged;
+* "extends": the target's top three hold a token outside the intersection whose bytes extend the draft's one
+  choice (a kernel that redistributes onto it, RDK's, is exercised at every position);
+* "one-vocabulary": one tokenizer, the draft's head 96 rows wider.
+An algorithm registered before collection joins the grid, the controls and the batched path without an edit here.
 """
 from __future__ import annotations
 
@@ -34,12 +39,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from _support import CROSS, flipping_policy, resized
+from _support import flipping_policy, patch_drafter, resized
 from scipy.stats import chi2, ncx2
 
 import xvocab
 from xvocab import algorithms
 from xvocab.algorithms.common import Proposal
+from xvocab.alignment.tables import first_target_token, intersection
 from xvocab.alignment.tokens import codec
 from xvocab.checks.lossless import ALPHA, PROMPT, SETTINGS, TOKENS, N, exact_distribution, sampled_pvalue
 from xvocab.decode import rounds
@@ -56,10 +62,8 @@ CROSS_PAIRS = [("starcoder", "refact", 0), ("llama-spm", "mistral-v7", 0), ("tek
 # sd: one tokenizer, heads of different widths (draft extra rows, target extra rows).
 SD_CASES = [("gpt-2", 0, 0), ("gpt-2", 96, 0), ("starcoder", 0, 64), ("mistral-v1", 32, 16)]
 CONTROL_PAIR = ("llama-spm", "mistral-v7")
-# The default slice (slrs by default: test_slrs_is_exact_where_psi_sums_several_draft_tokens, a real pair steered
-# so that psi differs from q).
-DEFAULT = {("slem", "starcoder<-refact", "T1-top_k3"), ("tli", "llama-spm<-gpt-2", "T0.7-top_p0.95"),
-           ("sd", "gpt-2+96/+0", "T1-top_k3"), ("tli", "qwen2<-deepseek-coder", "T1-top_k3")}
+CASE_OF = {"mirror": "llama-spm<-mistral-v7", "outside": "control", "shared-first-token": "psi", "extends": "extends",
+           "one-vocabulary": "gpt-2+96/+0"}  # an entry's control_case -> the case below
 
 
 def _leaky(draft, seed=7, noise=0.3):
@@ -82,10 +86,10 @@ def _splitting(draft, tt, dt, scale=1.0):
     matters) and several draft tokens share a first target token (SLRS's psi sums them). `scale` > 1
     makes the copies stronger than their sources (logits here are about 30: 1.05 adds about 1.5)."""
     from xvocab.alignment.intersection import NO_TOKEN, intersection
-    from xvocab.alignment.tables import pair_tables
+    from xvocab.alignment.tables import first_target_token, pair_tables
 
     n = draft.get_output_embeddings().weight.shape[0]
-    first = pair_tables(codec(tt), codec(dt), len(tt), n).slrs.to_target           # [V_draft] first target token
+    first = pair_tables(codec(tt), codec(dt), len(tt), n)[first_target_token].to_target           # [V_draft] first target token
     t2d = intersection(tt, dt).target_to_draft                        # [V_target]
     d2t = intersection(tt, dt).draft_to_target
     outside = (torch.arange(n) < len(d2t)) & (first != NO_TOKEN)
@@ -108,9 +112,9 @@ def _psi_case(target, tt, draft, dt, big=1000.0):
     twice as often as it should, and the output shifts from uniform to {t: 2/3, u: 1/3} per position."""
     import copy
 
-    from xvocab.alignment.tables import pair_tables
+    from xvocab.alignment.tables import first_target_token, pair_tables
 
-    first = pair_tables(codec(tt), codec(dt), len(tt), len(dt)).slrs.to_target.tolist()  # [V_draft] first target token
+    first = pair_tables(codec(tt), codec(dt), len(tt), len(dt))[first_target_token].to_target.tolist()  # [V_draft] first target token
     groups = collections.defaultdict(list)
     for d, t in enumerate(first):
         groups[t].append(d)
@@ -129,6 +133,46 @@ def _psi_case(target, tt, draft, dt, big=1000.0):
     return steered(target, [t, u, v]), tt, steered(draft, groups[t][:2] + groups[u][:1]), dt
 
 
+def _extends_case(target, tt, draft, dt, big=1000.0):
+    """Target and draft steered so that a kernel onto tokens outside the intersection matters at every position:
+    the draft's one choice is an intersection token i (`▁block`, say), the target's top three at equal logits are
+    i, a token c outside the intersection whose bytes extend i's (`▁blockquote`) and a third u. c is chosen, by
+    bytes alone, as the one target token outside the intersection that starts with i's bytes, with no longer
+    intersection token between them, so any prefix-affinity kernel puts all of i's redistributed mass on c."""
+    import copy
+
+    from xvocab.alignment.intersection import intersection as shared
+
+    spelled, vocab = codec(tt).token_bytes, shared(tt, dt)
+    inside = {spelled[t]: t for t in range(len(spelled)) if spelled[t] and vocab.target_to_draft[t] >= 0}
+    outside = [t for t in range(len(spelled)) if spelled[t] and vocab.target_to_draft[t] < 0]
+    starts = collections.defaultdict(list)  # intersection token -> the outside tokens its bytes begin
+    for t in outside:
+        b = spelled[t]
+        for cut in range(1, len(b)):
+            if b[:cut] in inside:
+                starts[inside[b[:cut]]].append(t)
+    found = []
+    for i, kids in sorted(starts.items()):
+        b = spelled[i]
+        if len(kids) != 1 or len(b) < 3 or not b.strip().isalpha():
+            continue
+        c = kids[0]
+        if not any(spelled[c][:cut] in inside for cut in range(len(b) + 1, len(spelled[c]))):
+            found.append((i, c))
+    (i, c), u = found[0], found[1][0]
+
+    def steered(model, rows):
+        out = copy.deepcopy(model)
+        head = out.get_output_embeddings()
+        with torch.no_grad():
+            head.weight[rows] = 0.0
+            head.bias = torch.nn.Parameter(torch.zeros(head.weight.shape[0]).index_fill_(0, torch.tensor(rows), big))
+        return out.eval()
+
+    return steered(target, [i, c, u]), tt, steered(draft, [int(vocab.target_to_draft[i])]), dt
+
+
 @pytest.fixture(scope="module")
 def cases():
     out = {}
@@ -141,6 +185,7 @@ def cases():
             strong = _splitting(_leaky(mirror_model(base, tt, dt), noise=0.1), tt, dt, scale=1.05)
             out["control"] = (base, tt, strong, dt)
             out["psi"] = _psi_case(base, tt, mirror_model(base, tt, dt), dt)
+            out["extends"] = _extends_case(base, tt, mirror_model(base, tt, dt), dt)
     for name, d_extra, t_extra in SD_CASES:
         tok = xvocab.zoo.tokenizer(name)
         base = xvocab.zoo.tiny_model(tok, seed=1)
@@ -150,16 +195,26 @@ def cases():
 
 
 def _grid():
-    for alg in CROSS:
+    """(algorithm, case, setting, default tier?) for every drafting entry of the registry: over two vocabularies on
+    every cross pair, over one on every one-vocabulary case, each setting. Each algorithm has one combination in
+    the default tier, the pairs and settings rotating with its place in the registry (so the default tier covers
+    as many pairs as there are algorithms); the rest are slow."""
+    settings = list(SETTINGS)
+    cross = algorithms.names(cross_vocabulary=True)
+    one = [a for a in algorithms.names(drafting=True) if a not in cross]
+    for j, alg in enumerate(cross):
+        pick = (CROSS_PAIRS[-1 - j % len(CROSS_PAIRS)][:2], settings[j % len(settings)])
         for t, d, _ in CROSS_PAIRS:
-            for s in SETTINGS:
-                yield alg, f"{t}<-{d}", s
-    for name, de, te in SD_CASES:
-        for s in SETTINGS:
-            yield "sd", f"{name}+{de}/+{te}", s
+            for s in settings:
+                yield alg, f"{t}<-{d}", s, ((t, d), s) == pick
+    for j, alg in enumerate(one):
+        for n, (name, de, te) in enumerate(SD_CASES):
+            for s in settings:
+                yield alg, f"{name}+{de}/+{te}", s, (n, s) == (j % len(SD_CASES), settings[0])
 
 
-GRID = [pytest.param(*g, id="-".join(g), marks=() if g in DEFAULT else pytest.mark.slow) for g in _grid()]
+GRID = [pytest.param(*g[:3], id="-".join(g[:3]), marks=() if g[3] else pytest.mark.slow) for g in _grid()]
+DEFAULT_CASE = {g[0]: g[1] for g in _grid() if g[3]}  # algorithm -> its default-tier case (the batched path's too)
 
 
 @pytest.mark.parametrize("alg,case,setting", GRID)
@@ -167,46 +222,14 @@ def test_sampled_sequences_follow_the_target(cases, alg, case, setting):
     assert sampled_pvalue(cases[case], alg, SETTINGS[setting]) > ALPHA
 
 
-def test_slrs_is_exact_where_psi_sums_several_draft_tokens(cases):
-    """The case the SLRS control fails on, passed by SLRS itself: psi(t) = 2/3 while each q(d) = 1/3."""
-    assert sampled_pvalue(cases["psi"], "slrs", SETTINGS["T1-top_k3"]) > ALPHA
+@pytest.mark.parametrize("alg", algorithms.names(drafting=True))
+def test_each_algorithm_passes_where_its_control_fails(cases, alg):
+    """The steered case an entry's control runs on (psi(t) = 2/3 while each q(d) = 1/3 for slrs; the kernel's
+    target at every position for rdk), passed by the algorithm itself."""
+    assert sampled_pvalue(cases[CASE_OF[algorithms.get(alg).control_case]], alg, SETTINGS["T1-top_k3"]) > ALPHA
 
 
 # ------------------------------------------------------------------ negative controls: the same test must fail
-
-
-def _tli_without_renormalization(ctx, k):
-    m = ctx.maps.tli
-    ids, rows = [], []
-    for _ in range(k):
-        raw = yield from ctx.draft.next_logits()
-        d, _ = ctx.draw(m.restrict(raw))  # drawn from the renormalized restriction, as TLI does ...
-        q_unrestricted = logits_to_probs(raw, ctx.params)
-        ids.append(m.to_target_host[d])
-        rows.append(m.push(q_unrestricted * (m.bias == 0), ctx.maps.target_vocab))  # ... but verified without it
-        ctx.draft.rewind(len(ctx.draft.stream.ids), [d])
-    return Proposal.of(ids, rows)
-
-
-def _slrs_with_q_instead_of_psi(ctx, k):
-    """SLRS as in xvocab.algorithms.slrs, except that the proposal's own entry r(t) is q(d) of the drawn
-    draft token instead of psi(t), the mass of every draft token whose first target token is t."""
-    m = ctx.maps.slrs
-    text = ctx.target.stream.text
-    ids, rows = [], []
-    for _ in range(k):
-        logits = m.restrict((yield from ctx.draft.next_logits()))
-        d, q = ctx.draw(logits)
-        t = m.to_target_host[d]
-        row = m.push(q, ctx.maps.target_vocab)
-        row[t] = q[d]
-        ids.append(t)
-        rows.append(row)
-        if d in ctx.maps.roles:
-            break
-        text += ctx.target.codec.token_bytes[t]
-        ctx.sync_draft(text)
-    return Proposal.of(ids, rows)
 
 
 def _sd_with_unnormalized_residual(target_probs, proposal_probs, proposed, generator):
@@ -222,38 +245,44 @@ def _sd_with_unnormalized_residual(target_probs, proposal_probs, proposed, gener
     return n, int(torch.multinomial(target_probs[n], 1, generator=generator))
 
 
-CONTROLS = {
-    "slem": ("llama-spm<-mistral-v7", lambda mp: mp.setattr(rounds, "exact_match_verify", _slem_accepts_all)),
-    "tli": ("control", lambda mp: mp.setitem(algorithms.DRAFTERS, "tli", _tli_without_renormalization)),
-    "slrs": ("psi", lambda mp: mp.setitem(algorithms.DRAFTERS, "slrs", _slrs_with_q_instead_of_psi)),
-    "sd": ("gpt-2+96/+0", lambda mp: [mp.setattr(rounds, name, _sd_with_unnormalized_residual)
-                                       for name in ("rejection_verify", "rejection_verify_rows")]),
-}
-
-
-def _slem_accepts_all(target_probs, proposed, generator):
+def _accepts_all(target_probs, proposed, generator):
     """Accepts every proposal and samples only the bonus token: the draft's choices leak into the output."""
     n = len(proposed)
     p = target_probs[n]
     return n, int(torch.multinomial(p, 1, generator=generator))
 
 
-@pytest.mark.parametrize("alg", list(CONTROLS))
+# The bug planted for an entry whose control is in its verification kind (no control_draft).
+VERIFIER_BUGS = {
+    "exact": lambda mp: mp.setattr(rounds, "exact_match_verify", _accepts_all),
+    "rejection": lambda mp: [mp.setattr(rounds, name, _sd_with_unnormalized_residual)
+                             for name in ("rejection_verify", "rejection_verify_rows")],
+}
+
+
+def _plant(monkeypatch, alg: str) -> str:
+    """Plant `alg`'s negative control (its entry's control_draft, else its verification kind's bug); the case it
+    shows on."""
+    entry = algorithms.get(alg)
+    if entry.control_draft is not None:
+        patch_drafter(monkeypatch, alg, entry.control_draft)
+    else:
+        VERIFIER_BUGS[entry.verification](monkeypatch)
+    return CASE_OF[entry.control_case]
+
+
+@pytest.mark.parametrize("alg", algorithms.names(drafting=True))
 def test_each_negative_control_is_rejected(cases, alg, monkeypatch):
-    case, patch = CONTROLS[alg]
-    patch(monkeypatch)
+    case = _plant(monkeypatch, alg)
     assert sampled_pvalue(cases[case], alg, SETTINGS["T1-top_k3"]) < ALPHA
 
 
-# Through xvocab.decode.batch: one case per algorithm and every negative control (tli's by default).
-BATCHED = [("slem", "starcoder<-refact"), ("tli", "llama-spm<-gpt-2"), ("slrs", "psi"), ("sd", "gpt-2+96/+0")]
-BATCHED_DEFAULT = ("tli",)
+# Through xvocab.decode.batch: every algorithm on its default-tier case, and every negative control.
 
 
-@pytest.mark.parametrize("alg,case", [pytest.param(*b, marks=() if b[0] in BATCHED_DEFAULT else pytest.mark.slow)
-                                      for b in BATCHED], ids=lambda x: str(x))
-def test_sampled_sequences_follow_the_target_through_the_batched_path(cases, alg, case):
-    assert sampled_pvalue(cases[case], alg, SETTINGS["T1-top_k3"], batch=50) > ALPHA
+@pytest.mark.parametrize("alg", algorithms.names(drafting=True))
+def test_sampled_sequences_follow_the_target_through_the_batched_path(cases, alg):
+    assert sampled_pvalue(cases[DEFAULT_CASE[alg]], alg, SETTINGS["T1-top_k3"], batch=50) > ALPHA
 
 
 @pytest.mark.parametrize("alg,case,draft_temperature", [("tli", "llama-spm<-gpt-2", 0.5),
@@ -278,11 +307,18 @@ def test_sampled_sequences_follow_the_target_whatever_the_policy_chooses(cases):
                           policy=flipping_policy) > ALPHA
 
 
-@pytest.mark.parametrize("alg", [pytest.param(a, marks=() if a in BATCHED_DEFAULT else pytest.mark.slow)
-                                 for a in CONTROLS])
+def _batched_controls():
+    """Every drafting algorithm's control through the batched path; in the default tier the first whose bug is in
+    its drafter (one is enough to show the batched path can fail; the verifier bugs are planted in the functions
+    both paths call), the rest slow."""
+    names = algorithms.names(drafting=True)
+    first = next((a for a in names if algorithms.get(a).control_draft is not None), names[0])
+    return [pytest.param(a, marks=() if a == first else pytest.mark.slow) for a in names]
+
+
+@pytest.mark.parametrize("alg", _batched_controls())
 def test_each_negative_control_is_rejected_through_the_batched_path(cases, alg, monkeypatch):
-    case, patch = CONTROLS[alg]
-    patch(monkeypatch)
+    case = _plant(monkeypatch, alg)
     assert sampled_pvalue(cases[case], alg, SETTINGS["T1-top_k3"], batch=50) < ALPHA
 
 
@@ -355,7 +391,7 @@ def test_a_biased_pair_shows_each_verifier_bug(biased, alg, setting, monkeypatch
     """The controls on the biased pair: its draft puts most of q outside the intersection, so TLI verifying with the
     unrenormalized restriction fails; SLRS taking q(d) for psi(t) fails where the draft's nucleus holds several ids
     that start with one target token (top-p; its top 3 rarely do); SLEM accepting every proposal fails too."""
-    CONTROLS[alg][1](monkeypatch)
+    _plant(monkeypatch, alg)
     assert sampled_pvalue(biased[0], alg, SETTINGS[setting]) < ALPHA
 
 
@@ -365,8 +401,12 @@ def test_a_biased_pair_shows_each_verifier_bug(biased, alg, setting, monkeypatch
 def test_every_drafting_algorithm_is_in_the_grid_and_has_a_control_the_suite_plants():
     drafting = set(algorithms.names(drafting=True))
     assert {g.values[0] for g in GRID} == drafting, "an algorithm of the registry is missing from the sampled grid"
-    assert set(CONTROLS) == drafting, "an algorithm of the registry has no negative control in CONTROLS"
-    assert all(algorithms.get(a).control for a in drafting), "an entry does not say what its control plants"
+    assert set(DEFAULT_CASE) == drafting, "an algorithm of the registry has no default-tier sampled case"
+    for a in drafting:
+        entry = algorithms.get(a)
+        assert entry.control, f"{a}: its entry does not say what its control plants"
+        assert entry.control_case in CASE_OF, f"{a}: control_case {entry.control_case!r} is no case of this suite"
+        assert entry.control_draft is not None or entry.verification in VERIFIER_BUGS, f"{a}: no control to plant"
 
 
 def readme_example() -> str:
@@ -383,12 +423,11 @@ def readme_algorithm():
     exec(compile(readme_example(), "README.md (Adding an algorithm)", "exec"), namespace)
     yield algorithms.get("tli-point"), namespace
     algorithms.REGISTRY.pop("tli-point")
-    algorithms.DRAFTERS.pop("tli-point")
 
 
 def _point_tli_sending_q(ctx, k):
     """The example's control: the ids are the draft's argmax, but the rows sent are its softmax q (as if sampled)."""
-    m = ctx.maps.tli
+    m = ctx.maps[intersection]
     ids, rows = [], []
     for _ in range(k):
         logits = m.restrict((yield from ctx.draft.next_logits()))
@@ -414,5 +453,5 @@ def test_the_readme_example_algorithm_is_lossless_and_its_control_is_rejected(ca
     setting = SETTINGS["T1-top_k3"]
     exact = exact_distribution(target, tt, PROMPT, setting, TOKENS)
     assert sampled_pvalue(models, "tli-point", setting, exact=exact) > ALPHA
-    monkeypatch.setitem(algorithms.DRAFTERS, "tli-point", _point_tli_sending_q)
+    patch_drafter(monkeypatch, "tli-point", _point_tli_sending_q)
     assert sampled_pvalue(models, "tli-point", setting, exact=exact) < ALPHA

@@ -11,9 +11,10 @@ from _support import CROSS, mirrored_pairs
 from scipy.stats import chisquare
 
 import xvocab
+from xvocab import algorithms
 from xvocab.alignment.intersection import NO_TOKEN
 from xvocab.alignment.roles import prompt_ids
-from xvocab.alignment.tables import pair_tables, same_vocabulary
+from xvocab.alignment.tables import first_target_token, intersection, pair_tables, same_vocabulary
 from xvocab.alignment.tokens import codec
 from xvocab.checks.lossless import chi_square_pvalue, exact_distribution
 from xvocab.decode import rounds
@@ -407,7 +408,7 @@ def _first_step_acceptance(target, tt, draft, dt, alg, params):
     with torch.no_grad():
         p = logits_to_probs(target(torch.tensor([prompt_ids(tt, PROMPTS[0])])).logits[0, -1], params)
         d_logits = draft(torch.tensor([prompt_ids(dt, PROMPTS[0])])).logits[0, -1]
-    to_target = (tables.tli if alg == "tli" else tables.slrs).to_target
+    to_target = tables[algorithms.get(alg).tables[0]].to_target  # the table its entry declares
     allowed = to_target != NO_TOKEN
     q = logits_to_probs(d_logits.masked_fill(~allowed, float("-inf")), params)
     r = torch.zeros(len(p)).index_add_(0, to_target[allowed], q[allowed])
@@ -472,7 +473,7 @@ def test_fast_sampler_is_exact_on_unnormalized_and_batched_rows():
 # ------------------------------------------------------------------ fast paths against their plain forms
 
 def test_fast_argmax_is_torch_argmax_with_ties_nan_and_infinities():
-    from xvocab.verification.sampling import argmax
+    from xvocab.runtime.host import argmax
 
     gen = torch.Generator().manual_seed(0)
     x = torch.randint(0, 4, (64, 50), generator=gen).float()  # many ties
@@ -490,8 +491,8 @@ def test_draft_ids_bias_and_push_equal_masking(tiny_pairs):
     target, tt, draft, dt = tiny_pairs["starcoder", "refact"]
     tables = pair_tables(codec(tt), codec(dt), target.get_output_embeddings().weight.shape[0],
                                 draft.get_output_embeddings().weight.shape[0])
-    logits = torch.randn(len(tables.tli.to_target), generator=torch.Generator().manual_seed(1))
-    for ids in (tables.tli, tables.slrs):
+    logits = torch.randn(len(tables[intersection].to_target), generator=torch.Generator().manual_seed(1))
+    for ids in (tables[intersection], tables[first_target_token]):
         allowed = ids.to_target != NO_TOKEN
         assert 0 < int(allowed.sum()) < len(allowed)  # a real restriction, so the comparison can fail
         q = torch.softmax(logits.masked_fill(~allowed, float("-inf")), -1)

@@ -441,7 +441,7 @@ def test_expected_acceptance_tells_a_mirror_from_a_stranger():
     from statistics import fmean
 
     from experiments.expected_acceptance import expected_acceptance
-    from xvocab import zoo
+    from xvocab import algorithms, zoo
     from xvocab.verification.sampling import SamplingParams
     from xvocab.zoo.tiny import mirror_model
 
@@ -471,6 +471,15 @@ def test_expected_acceptance_tells_a_mirror_from_a_stranger():
                               draft_temperatures=(0.0, 0.7), draft_top_ps=(1.0, 0.9, 1e-6))["by_draft_temperature"]
     assert cut["0.7/1.0"] == cut["0.7"] and cut["0.7/1e-06"] == cut["0.0"]
     assert cut["0.7/0.9"] != cut["0.7"] and "0.0/0.9" not in cut
+    # Any registered rejection algorithm scored by running its own drafter for one token: TLI's equals the
+    # closed form above (the same q~ reached two ways), and SLRS's and RDK's proposals differ from it.
+    names = algorithms.names(cross_vocabulary=True, verification="rejection")  # tli, slrs and any registered since
+    scored = expected_acceptance("def fibonacci(n):", (target, tt, stranger, dt), SamplingParams(1.0), 12, seed=0,
+                                 scored=names)
+    tli = scored["by_algorithm"]["tli"]
+    assert len(tli) == len(scored["alphas"]) and all(
+        (x is None) == (y is None) and (x is None or abs(x - y) < 1e-5) for x, y in zip(tli, scored["alphas"]))
+    assert all(scored["by_algorithm"][name] != tli for name in names if name != "tli")
 
 
 def test_interleave_times_variants_side_by_side_and_checks_outputs_that_must_agree(tmp_path):
@@ -664,11 +673,12 @@ def test_the_lossless_sweep_passes_and_fails_when_verification_is_wrong(monkeypa
 
 def test_the_sampling_sweep_passes_and_fails_when_tli_forgets_to_renormalize(monkeypatch, capsys):
     """`lossless_sweep --sampling` on one pair (tli, one setting): no failure with the real engine, and the line
-    shows the draft was accepted; with tests/test_distributions.py's TLI control (the restriction not renormalized
-    where it is verified) it reports the failure and exits 1."""
-    from test_distributions import CONTROLS
+    shows the draft was accepted; with TLI's negative control planted (its registry entry's control_draft: the
+    restriction not renormalized where it is verified) it reports the failure and exits 1."""
+    from _support import patch_drafter
 
     from experiments import lossless_sweep
+    from xvocab import algorithms
 
     monkeypatch.setattr(lossless_sweep, "SAMPLING_ALGORITHMS", ("tli",))
     monkeypatch.setattr(lossless_sweep, "SAMPLING_RUNS", lossless_sweep.SAMPLING_RUNS[:1])
@@ -676,6 +686,6 @@ def test_the_sampling_sweep_passes_and_fails_when_tli_forgets_to_renormalize(mon
     assert lossless_sweep.main(args) == 0
     line = capsys.readouterr().out.splitlines()[0]
     assert line.startswith("mistral-v1 <- mpt: 0 failures; tli p>=") and float(line.split("tau ")[1][:4]) > 1.3
-    CONTROLS["tli"][1](monkeypatch)
+    patch_drafter(monkeypatch, "tli", algorithms.get("tli").control_draft)
     assert lossless_sweep.main(args) == 1
     assert "FAIL ('mistral-v1', 'mpt', 'tli', 'native', 'T1-top_k3'" in capsys.readouterr().out

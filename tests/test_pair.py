@@ -84,12 +84,12 @@ def test_whether_the_vocabularies_are_one_is_worked_out_once_per_call(monkeypatc
 def test_sd_is_tli_over_one_vocabulary(cross):
     """Over one shared vocabulary the intersection map is the identity, so standard speculative sampling's
     proposals are TLI's: one drafting function (xvocab.algorithms.sd). Both stay exact against ar."""
-    from xvocab.algorithms import DRAFTERS
+    from xvocab import algorithms
 
-    assert DRAFTERS["sd"] is DRAFTERS["tli"]
+    assert algorithms.get("sd").draft is algorithms.get("tli").draft
     target, tt, _, _ = cross
     t = tables.pair_tables(codec(tt), codec(tt), len(tt), len(tt))
-    ids = t.tli.to_target_host
+    ids = t[tables.intersection].to_target_host
     assert all(ids[i] in (i, tables.NO_TOKEN) or i in t.roles for i in range(len(ids)))
     ar = xvocab.generate(PROMPT, target=target, target_tokenizer=tt, algorithm="ar", max_new_tokens=16)
     sd = xvocab.generate(PROMPT, target=target, target_tokenizer=tt, draft=target, draft_tokenizer=tt,

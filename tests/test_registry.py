@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from _support import ALL, CROSS, mirrored_pairs
+from _support import ALL, CROSS, mirrored_pairs, patch_drafter
 
 import xvocab
 from xvocab import algorithms
@@ -28,14 +28,14 @@ def test_an_entrys_verification_is_what_its_proposals_carry(pair, name, monkeypa
     """exact: proposals without a distribution (the target's own choice decides); rejection: with one, when sampled."""
     target, tt, draft, dt = pair
     seen = []
-    original = algorithms.DRAFTERS[name]
+    original = algorithms.get(name).draft
 
     def watched(ctx, k):
         proposal = yield from original(ctx, k)
         seen.append(proposal)
         return proposal
 
-    monkeypatch.setitem(algorithms.DRAFTERS, name, watched)
+    patch_drafter(monkeypatch, name, watched)
     xvocab.generate("def fibonacci(n):", target=target, target_tokenizer=tt, draft=draft, draft_tokenizer=dt,
                     algorithm=name, temperature=1.0, max_new_tokens=8, seed=3)
     proposed = [p for p in seen if p.ids]
@@ -63,34 +63,88 @@ def test_prepare_builds_the_tables_an_entry_names_and_no_other(name):
                     xvocab.zoo.tokenizer("llama-spm"), algorithm=name)
 
 
-def test_every_registered_algorithm_is_a_sweep_axis():
-    for name in algorithms.REGISTRY:
-        config = ROOT / "conf" / "algorithm" / f"{name}.yaml"
-        assert config.exists(), f"conf/algorithm/{name}.yaml is missing: the sweeps cannot name {name}"
-        assert f"name: {name}" in config.read_text()
-    stray = {p.stem for p in (ROOT / "conf" / "algorithm").glob("*.yaml")} - set(algorithms.REGISTRY)
-    assert not stray, f"configs for algorithms the registry does not know: {stray}"
+def entries_in_files(folder: Path) -> dict[str, str]:
+    """{algorithm name: file} for every `ALGORITHM = Algorithm("name", ...)` in the files of `folder`, read from the
+    source (not from the registry)."""
+    import ast
+
+    out = {}
+    for path in sorted(folder.glob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if (isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "ALGORITHM" for t in node.targets)
+                    and isinstance(node.value, ast.Call) and node.value.args
+                    and isinstance(node.value.args[0], ast.Constant)):
+                out[node.value.args[0].value] = path.name
+    return out
+
+
+def config_mismatches(folder: Path, names) -> list[str]:
+    """What differs between the registry's names and conf/algorithm/*.yaml (`name: <name>` in `<name>.yaml`)."""
+    out = [f"conf/algorithm/{n}.yaml is missing or does not say name: {n}" for n in names
+           if not (folder / f"{n}.yaml").exists() or f"name: {n}" not in (folder / f"{n}.yaml").read_text()]
+    return out + [f"conf/algorithm/{p.name} names no registered algorithm" for p in sorted(folder.glob("*.yaml"))
+                  if p.stem not in names]
+
+
+def test_the_registry_is_the_algorithm_files_and_the_sweep_configs(tmp_path):
+    """Read independently of the registry: the entries the files of xvocab/algorithms/ define, and the configs under
+    conf/algorithm/. Controls: a file with an entry the registry lacks, and a stray config, are each caught."""
+    import shutil
+
+    folder = ROOT / "xvocab" / "algorithms"
+    assert entries_in_files(folder) == {n: f"{n}.py" for n in algorithms.REGISTRY}, "one file an entry, named after it"
+    assert config_mismatches(ROOT / "conf" / "algorithm", algorithms.REGISTRY) == []
+    planted = tmp_path / "algorithms"
+    shutil.copytree(folder, planted)
+    (planted / "lookup.py").write_text('ALGORITHM = Algorithm("lookup", draft, verification="exact", summary="")\n')
+    assert set(entries_in_files(planted)) - set(algorithms.REGISTRY) == {"lookup"}
+    conf = tmp_path / "conf"
+    shutil.copytree(ROOT / "conf" / "algorithm", conf)
+    (conf / "lookup.yaml").write_text("name: lookup\n")
+    (conf / "tli.yaml").write_text("name: slem\n")
+    assert config_mismatches(conf, algorithms.REGISTRY) == ["conf/algorithm/tli.yaml is missing or does not say "
+                                                            "name: tli", "conf/algorithm/lookup.yaml names no "
+                                                            "registered algorithm"]
 
 
 def test_the_lists_outside_the_package_are_the_registrys():
-    from experiments import lossless_sweep, vllm_bench
+    from experiments import lossless_sweep
     from xvocab.vllm import settings
 
     assert CROSS == algorithms.names(cross_vocabulary=True) and ALL == ("ar",) + CROSS
-    assert settings.ALGORITHMS == algorithms.names(in_vllm=True) == vllm_bench.PROPOSER
-    assert lossless_sweep.CROSS == lossless_sweep.SAMPLING_ALGORITHMS == CROSS
+    assert settings.served() == algorithms.names(in_vllm=True)
+    assert lossless_sweep.SAMPLING_ALGORITHMS is None  # every cross-vocabulary entry, read when the sweep runs
 
 
-def test_the_exactness_and_distribution_suites_run_every_cross_vocabulary_algorithm():
-    """Collected, not read: each algorithm must own test ids in both suites (the default and the slow ones)."""
-    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:randomly",
-                          "tests/test_exactness.py", "tests/test_distributions.py"],
-                         cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    for suite in ("test_exactness.py", "test_distributions.py"):
-        ids = [line for line in out.splitlines() if suite in line]
-        for name in CROSS:
-            assert any(f"[{name}-" in i or f"-{name}-" in i or f"[{name}]" in i or f"-{name}]" in i for i in ids), \
-                f"{suite} runs nothing for {name}"
+def suite_gaps(collected: str, names, suites=("test_exactness.py", "test_distributions.py")) -> list[str]:
+    """"suite: name" for each algorithm that owns no test id in a suite of pytest's --collect-only output."""
+    out = []
+    for suite in suites:
+        ids = [line for line in collected.splitlines() if suite in line]
+        out += [f"{suite}: {name}" for name in names
+                if not any(f"[{name}-" in i or f"-{name}-" in i or f"[{name}]" in i or f"-{name}]" in i for i in ids)]
+    return out
+
+
+def _collect(*marks: str) -> str:
+    return subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:randomly", *marks,
+                           "tests/test_exactness.py", "tests/test_distributions.py"],
+                          cwd=ROOT, capture_output=True, text=True, check=True).stdout
+
+
+def test_the_exactness_and_distribution_suites_run_every_drafting_algorithm():
+    """Collected, not read: each drafting algorithm owns test ids in both suites, and in the default tier a sampled
+    test, a batched one and its control. Control: the same check over ids with one algorithm's removed fails."""
+    drafting = algorithms.names(drafting=True)
+    collected = _collect()
+    assert suite_gaps(collected, drafting) == []
+    default = _collect("-m", "not slow")
+    for test in ("test_sampled_sequences_follow_the_target[", "test_each_negative_control_is_rejected[",
+                 "test_sampled_sequences_follow_the_target_through_the_batched_path["):
+        assert suite_gaps(default.replace(test, "@["), drafting, ("@",)) == [], f"default tier: {test}"
+    last = drafting[-1]
+    without = "\n".join(line for line in collected.splitlines() if f"[{last}" not in line and f"-{last}" not in line)
+    assert suite_gaps(without, drafting) == [f"test_exactness.py: {last}", f"test_distributions.py: {last}"]
 
 
 def test_registering_refuses_a_taken_name_and_lookups_name_the_choices():
@@ -98,12 +152,26 @@ def test_registering_refuses_a_taken_name_and_lookups_name_the_choices():
         algorithms.register(algorithms.get("tli"))
     with pytest.raises(ConfigError, match="register takes an xvocab.algorithms.Algorithm"):
         algorithms.register("tli")
-    with pytest.raises(ConfigError, match=r"unknown algorithm 'rdk'; choose one of ar, slem, tli, slrs, sd"):
-        algorithms.get("rdk")
+    with pytest.raises(ConfigError, match=r"unknown algorithm 'nope'; choose one of ar, slem, tli, slrs, sd"):
+        algorithms.get("nope")
     with pytest.raises(ValueError, match="coupling races exact-match verification only"):
-        algorithms.Algorithm("x", algorithms.DRAFTERS["tli"], verification="rejection", summary="", couples=True)
+        algorithms.Algorithm("x", algorithms.get("tli").draft, verification="rejection", summary="", couples=True)
     with pytest.raises(ValueError, match="tables="):
-        algorithms.Algorithm("x", algorithms.DRAFTERS["tli"], verification="rejection", summary="", tables=("psi",))
+        algorithms.Algorithm("x", algorithms.get("tli").draft, verification="rejection", summary="", tables=("psi",))  # a name, not a builder
+
+
+def test_a_plugin_named_in_the_environment_reaches_every_list_of_a_new_process():
+    """XVOCAB_PLUGINS: a fresh process (a sweep worker, vLLM's engine) that imports xvocab knows the plugin's
+    algorithm everywhere the registry is read. Control: the same process without the variable does not."""
+    code = ("import xvocab; from xvocab.vllm.settings import served; "
+            "print('tli-copy' in xvocab.ALGORITHMS, 'tli-copy' in served())")
+    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT / "tests")}
+    run = lambda extra: subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                                       env=env | extra, check=True).stdout.split()
+    assert run({"XVOCAB_PLUGINS": "plugin_tli_copy"}) == ["True", "True"]
+    assert run({"XVOCAB_PLUGINS": ""}) == ["False", "False"]
+    with pytest.raises(ConfigError, match="algorithm plugin 'no_such_module'"):
+        algorithms.load_plugins("no_such_module")
 
 
 def test_no_library_module_decides_by_an_algorithms_name(tmp_path):

@@ -8,14 +8,14 @@ import json
 
 import pytest
 import torch
-from _support import CROSS
+from _support import CROSS, patch_drafter
 
 import xvocab
 from xvocab import algorithms
 from xvocab.algorithms import Proposal
 from xvocab.alignment.intersection import NO_TOKEN
 from xvocab.alignment.roles import prompt_ids, special_prefix
-from xvocab.alignment.tables import pair_tables
+from xvocab.alignment.tables import first_target_token, intersection, pair_tables
 from xvocab.alignment.tokens import codec
 from xvocab.decode import engine
 from xvocab.zoo.tiny import mirror_model
@@ -49,7 +49,7 @@ def test_a_draft_whose_bos_is_its_eos_proposes_the_targets_eos():
     tt, dt = xvocab.zoo.tokenizer("llama-spm"), xvocab.zoo.tokenizer("gpt-2")
     assert dt.bos_token_id == dt.eos_token_id and tt.bos_token_id != tt.eos_token_id
     tables = pair_tables(codec(tt), codec(dt), len(tt), len(dt))
-    for ids in (tables.tli, tables.slrs):
+    for ids in (tables[intersection], tables[first_target_token]):
         assert ids.to_target_host[dt.eos_token_id] == tt.eos_token_id
     assert tables.roles == {dt.eos_token_id: tt.eos_token_id}
 
@@ -57,10 +57,10 @@ def test_a_draft_whose_bos_is_its_eos_proposes_the_targets_eos():
 def test_a_target_whose_bos_is_its_eos_gets_eos_only_from_the_drafts_eos():
     tt, dt = xvocab.zoo.tokenizer("gpt-2"), xvocab.zoo.tokenizer("llama-spm")
     tables = pair_tables(codec(tt), codec(dt), len(tt), len(dt))
-    assert tables.tli.to_target_host[dt.eos_token_id] == tt.eos_token_id
-    assert tables.tli.to_target_host[dt.bos_token_id] == NO_TOKEN  # BOS is never proposed
+    assert tables[intersection].to_target_host[dt.eos_token_id] == tt.eos_token_id
+    assert tables[intersection].to_target_host[dt.bos_token_id] == NO_TOKEN  # BOS is never proposed
     specials = [i for i, b in enumerate(xvocab.token_bytes(dt)) if b is None and i != dt.eos_token_id]
-    assert specials and all(tables.slrs.to_target_host[i] == NO_TOKEN for i in specials)
+    assert specials and all(tables[first_target_token].to_target_host[i] == NO_TOKEN for i in specials)
 
 
 # ------------------------------------------------------------------ EOS in decoding, every algorithm
@@ -76,8 +76,8 @@ def pair():
 class Proposals:
     def __init__(self, monkeypatch):
         self.seen = []
-        for name, fn in list(algorithms.DRAFTERS.items()):
-            monkeypatch.setitem(algorithms.DRAFTERS, name, self._wrap(fn))
+        for name, entry in list(algorithms.REGISTRY.items()):
+            patch_drafter(monkeypatch, name, self._wrap(entry.draft))
 
     def _wrap(self, fn):
         def draft(ctx, k):

@@ -3,13 +3,16 @@ vLLM's model runner drives it (rows that move, requests preempted and resumed, n
 by the tiny target itself. tests/vllm_engine/ runs the same proposer inside vLLM (its own environment, make test-vllm)."""
 from __future__ import annotations
 
+import sys
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
+from _support import patch_drafter
 
 import xvocab
+from xvocab import algorithms
 from xvocab.alignment.roles import prompt_ids
 from xvocab.errors import ConfigError
 from xvocab.vllm import Proposer, engine_args
@@ -47,6 +50,24 @@ def vllm_config(target_dir, *, k=4, max_num_seqs=8, max_model_len=512, rejection
     return SimpleNamespace(speculative_config=spec, model_config=model_config, additional_config=args["additional_config"],
                            device_config=SimpleNamespace(device="cpu"),
                            scheduler_config=SimpleNamespace(max_num_seqs=max_num_seqs))
+
+
+def test_the_plugins_setting_registers_an_algorithm_where_the_settings_are_read(pairs):
+    """A vLLM worker learns of an algorithm defined outside xvocab from the proposer's `plugins` setting (its module
+    imported where vLLM hands the proposer its settings). Control: without it, the name is refused."""
+    from xvocab.vllm.settings import Settings
+
+    target_dir, draft_dir = pairs[PAIRS[0]]
+    if "tli-copy" not in algorithms.REGISTRY:
+        with pytest.raises(ConfigError, match="algorithm='tli-copy'"):
+            Settings.from_vllm_config(vllm_config(target_dir, draft=str(draft_dir), algorithm="tli-copy"))
+    try:
+        settings = Settings.from_vllm_config(vllm_config(target_dir, draft=str(draft_dir), algorithm="tli-copy",
+                                                         plugins="plugin_tli_copy"))
+        assert settings.algorithm == "tli-copy" and "tli-copy" in algorithms.names(in_vllm=True)
+    finally:
+        algorithms.REGISTRY.pop("tli-copy", None)
+        sys.modules.pop("plugin_tli_copy", None)
 
 
 def greedy_next(target, ids: list[int], proposal: list[int]) -> list[int]:
@@ -348,7 +369,6 @@ def test_a_failure_for_one_request_is_no_proposal_for_it_alone_and_output_stays_
     outside any request (the step itself): each becomes no proposal where it struck, counted by kind and logged
     once; the other requests keep their proposals and every output equals ar. Control: with isolation off
     (the library loop's mode) the same failure leaves draft_in_lockstep."""
-    import xvocab.vllm.proposer as module
     from xvocab.decode.loop import draft_in_lockstep
 
     target_dir, draft_dir = pairs[PAIRS[0]]
@@ -356,14 +376,14 @@ def test_a_failure_for_one_request_is_no_proposal_for_it_alone_and_output_stays_
     prompts = [prompt_ids(tt, p) for p in PROMPTS]
     want = ar_outputs(target, tt, 16)
     cursed = tuple(prompts[2])
-    slem = module.DRAFTERS["slem"]
+    slem = algorithms.get("slem").draft
 
     def drafter(ctx, k):
         if tuple(ctx.target.prompt[:len(cursed)]) == cursed:
             raise RuntimeError("a drafter defect")
         return slem(ctx, k)
 
-    monkeypatch.setitem(module.DRAFTERS, "slem", drafter)
+    patch_drafter(monkeypatch, "slem", drafter)
     proposer = Proposer(vllm_config(target_dir, draft=str(draft_dir), load_policy="off"))
     with caplog.at_level("WARNING", logger="xvocab.vllm"):
         out, _ = run_engine(proposer, target, prompts, 16, identity=True)
@@ -372,7 +392,7 @@ def test_a_failure_for_one_request_is_no_proposal_for_it_alone_and_output_stays_
     assert stats["failures"]["drafter"] >= 2 and stats["proposed_tokens"] > 0
     assert sum("drafter failed" in r.getMessage() for r in caplog.records) == 1  # logged once
 
-    monkeypatch.setitem(module.DRAFTERS, "slem", slem)
+    patch_drafter(monkeypatch, "slem", slem)
     proposer = Proposer(vllm_config(target_dir, draft=str(draft_dir), load_policy="off"))
     decoder = proposer.decoder.decoder
     step = decoder.step
@@ -535,6 +555,33 @@ def test_the_measured_policy_steps_aside_where_drafting_measures_slower_and_draf
         tail = seen[-4 * PROBE_EVERY:]
         assert tail.count(settle) >= len(tail) - 5, (k_rate, tail)
         assert len(set(tail)) > 1  # it keeps probing the other arms
+
+
+def test_the_measured_policy_learns_nothing_from_a_step_that_held_a_draft_prefill_or_a_new_request(pairs):
+    """At batch 1 every request starts with its draft prompt's prefill inside a drafting step: counted, drafting
+    looked slow and the policy stepped aside where drafting paid (a bench run at 0.95x of ar where a fixed k ran
+    1.14x). A step the proposer marks unclean records nothing; the control, the same step clean, records it. Inside
+    the proposer, a request's first drafting steps (its draft prefill, its arrival) are the unclean ones."""
+    from xvocab.vllm.policy import StepPolicy
+
+    policy = StepPolicy(4)
+    for clean, grows in ((False, 0), (True, 1)):
+        arm = policy.choose(1)
+        before = len(policy.seen[1][arm])
+        policy.observe(1, 5, 1.0, clean)
+        assert len(policy.seen[1][arm]) - before == grows
+    target_dir, draft_dir = pairs[PAIRS[0]]
+    target, tt = xvocab.zoo.model(str(target_dir))
+    for prompts, late in ((PROMPTS[:1], 0), (PROMPTS[:2], 1)):
+        proposer = Proposer(vllm_config(target_dir, draft=str(draft_dir)))
+        recorded, real = [], proposer.policy.observe
+        proposer.policy.observe = lambda batch, tokens, seconds, clean=True: (recorded.append(clean),
+                                                                              real(batch, tokens, seconds, clean))
+        run_engine(proposer, target, [prompt_ids(tt, p) for p in prompts], 12, identity=True, late=late)
+        if late == 0:  # one request: only the step after its draft prefill is unclean
+            assert recorded[0] is False and len(recorded) > 2 and all(recorded[1:]), recorded
+        else:  # and a second request's arrival, and its own prefill, add unclean steps
+            assert recorded.count(False) >= 3 and True in recorded, recorded
 
 
 def test_the_sampler_repair_takes_vllms_arguments_by_position_or_any_keyword_and_only_where_the_defect_can_be():

@@ -8,6 +8,12 @@ algorithms only through it (the loop, xvocab.decode.pair, xvocab.measure.records
 test suites). Adding an algorithm is its file, its line below and conf/algorithm/<name>.yaml (README, "Adding an
 algorithm"; tests/test_registry.py checks each entry against its drafter and the suites).
 
+Every list of algorithms outside this package is read from REGISTRY when it is used, never copied at import, so
+an algorithm registered later joins them. An algorithm defined outside the package reaches other processes
+(sweep workers, vLLM's engine and its workers) as a plugin: a module path in the environment variable
+XVOCAB_PLUGINS (comma-separated), imported at the end of this package's import in every process that imports
+xvocab, and calling `register` at its top level (it may import from xvocab.algorithms and xvocab.alignment there).
+
 A Proposal carries target-vocabulary ids and, for the rejection-sampling family (sd, tli, slrs), the
 distribution each was drawn from; exact-match proposals (slem, ar) carry none.
 """
@@ -22,7 +28,9 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
     slrs.ALGORITHM,
     sd.ALGORITHM,
 )}
-DRAFTERS = {name: a.draft for name, a in REGISTRY.items()}  # name -> draft(ctx, k), patched by the negative controls
+
+
+PLUGINS_VARIABLE = "XVOCAB_PLUGINS"  # module paths imported at import (module docstring)
 
 
 def register(algorithm: Algorithm) -> Algorithm:
@@ -33,7 +41,6 @@ def register(algorithm: Algorithm) -> Algorithm:
     if algorithm.name in REGISTRY:
         raise ConfigError(f"an algorithm named {algorithm.name!r} is registered already; choose another name")
     REGISTRY[algorithm.name] = algorithm
-    DRAFTERS[algorithm.name] = algorithm.draft
     return algorithm
 
 
@@ -57,4 +64,24 @@ def names(*, drafting: bool | None = None, verification: str | None = None, coup
     return tuple(n for n, a in REGISTRY.items() if keep(a))
 
 
-__all__ = ["DRAFTERS", "REGISTRY", "Algorithm", "DraftContext", "Proposal", "get", "names", "register"]
+def load_plugins(spec: str | None = None) -> tuple[str, ...]:
+    """Import each module named in `spec` (comma-separated; None: the XVOCAB_PLUGINS variable), each of which
+    registers its algorithms; a module already imported is not run again. The module paths imported."""
+    import importlib
+    import os
+
+    paths = tuple(p.strip() for p in (os.environ.get(PLUGINS_VARIABLE, "") if spec is None else spec).split(",")
+                  if p.strip())
+    for path in paths:
+        try:
+            importlib.import_module(path)
+        except ImportError as err:
+            raise ConfigError(f"algorithm plugin {path!r} (from {PLUGINS_VARIABLE} or a plugins setting) could not be "
+                              f"imported: {err}; name an importable module that calls xvocab.algorithms.register, "
+                              f"with its folder on PYTHONPATH") from err
+    return paths
+
+
+__all__ = ["REGISTRY", "Algorithm", "DraftContext", "Proposal", "get", "load_plugins", "names", "register"]
+
+load_plugins()

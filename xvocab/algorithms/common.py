@@ -7,8 +7,8 @@ lockstep, one batched draft forward per step) and xvocab.vllm's proposer run the
 A drafter that needs no logits (`ar`) may return its Proposal directly.
 
 `Algorithm` is what an algorithm says of itself to everything outside its file (xvocab.algorithms.REGISTRY):
-how its proposals are verified, whether it reads a draft, can be coupled, needs one vocabulary, which pair tables
-its drafter reads, and the bug its negative control plants.
+how its proposals are verified, whether it reads a draft, can be coupled, needs one vocabulary, the builders of
+the pair tables its drafter reads, and the bug its negative control plants.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from xvocab.alignment.tables import PairTables
+from xvocab.alignment.tables import PairTables, intersection
 from xvocab.alignment.tokens import ByteCodec
 from xvocab.alignment.translate import Stream, sync
 from xvocab.runtime.host import argmax_ids
@@ -56,7 +56,7 @@ class DraftContext:
     params: SamplingParams
     generator: torch.Generator
     same_vocab: bool
-    maps: PairTables | None  # the per-pair id tables (None for ar)
+    maps: PairTables | None  # the pair's tables, maps[builder] (None for ar)
     draft_confidence: float = 0.0  # stop drafting after a token the draft gives less than this probability
     align_seconds: float = 0.0
     tape: NoiseTape | None = None  # coupling="gumbel": the noise the target samples with (xvocab.verification.coupling)
@@ -77,6 +77,21 @@ class DraftContext:
         self.draft.rewind(keep, append)
         self.align_seconds += time.perf_counter() - start
 
+    def advance(self, d: int, t: int, same_bytes: bool, text: bytes, logits: torch.Tensor) -> bytes | None:
+        """After draft id `d` was proposed as target id `t` (`text`: the target's text before it): None where the
+        draft stops here (d is its EOS, proposed as the target's, or below `draft_confidence`), else the target's
+        text through t, the draft side following it: d appended where it spells exactly t's bytes (no
+        re-tokenization), else the draft re-synced to that text, so the next proposal is conditioned on the
+        target's prefix."""
+        if d in self.maps.roles:  # nothing follows an EOS
+            return None
+        text += self.target.codec.token_bytes[t]
+        if same_bytes:
+            self.draft.rewind(len(self.draft.stream.ids), [d])
+        else:
+            self.sync_draft(text)
+        return text if self.confident(logits, d) else None
+
     def draft_bytes(self, d: int) -> bytes | None:
         """The bytes draft id d spells; None for a special token or a padding row past the tokenizer."""
         table = self.draft.codec.token_bytes
@@ -95,7 +110,7 @@ class DraftContext:
             return argmax_ids(logits), None  # the draft step's one read of the device (xvocab.runtime.host)
         q = logits_to_probs(logits, self.params)
         if self.tape is not None and position is not None:
-            return race(q, draft_noise(self.tape, position, self.maps.tli, self.generator)), q
+            return race(q, draft_noise(self.tape, position, self.maps[intersection], self.generator)), q
         return int(sample(q, self.generator)), q
 
 
@@ -118,7 +133,13 @@ class Proposal:
 
 
 VERIFICATIONS = ("exact", "rejection")  # exact match (no q: the target's own choice decides) | rejection against q
-TABLES = ("tli", "slrs")                # the PairTables a drafter may read (xvocab.alignment.tables)
+# The distribution suite's steered cases (tests/test_distributions.py), where a control's bug can show:
+CONTROL_CASES = ("mirror",              # a cross-vocabulary pair, the draft a noisy mirror of the target
+                 "outside",             # the same, most of the draft's q on ids outside the intersection
+                 "shared-first-token",  # several draft ids share one first target token (psi != q)
+                 "extends",             # the target's mass on tokens outside the intersection that extend the
+                                        # draft's choice (`Ġfibonacci` where the draft says `Ġfib`)
+                 "one-vocabulary")      # one tokenizer, heads of different widths
 
 
 @dataclass(frozen=True)
@@ -136,14 +157,21 @@ class Algorithm:
     uses_draft: bool = True        # False: the target alone (ar); a draft passed to it is refused
     couples: bool = False          # coupling="gumbel" applies: exact-match verification racing on shared noise
     one_vocabulary: bool = False   # refused unless target and draft share one vocabulary
-    tables: tuple[str, ...] = ()   # the pair tables its drafter reads (of TABLES): built at prepare, only for it
-    control: str = ""              # the bug its negative control plants (tests/test_distributions.py CONTROLS)
+    tables: tuple[Callable, ...] = ()  # builders of the pair tables its drafter reads, build(PairFacts) -> table
+    #                                (xvocab.alignment.tables; its own in its file): built once per pair at prepare
+    control: str = ""              # the bug its negative control plants (the distribution suite must reject it)
+    control_draft: Callable | None = None  # that bug planted in a drafter; None: the bug is in the verification
+    #                                (the suite plants its verification kind's own: tests/test_distributions.py)
+    control_case: str = "outside"  # which of CONTROL_CASES shows the bug (where the algorithm itself must pass)
     in_vllm: bool = False          # served by xvocab.vllm's proposer (greedy drafting: point proposals)
 
     def __post_init__(self):
         if self.verification not in VERIFICATIONS:
             raise ValueError(f"algorithm {self.name!r}: verification={self.verification!r}; one of {VERIFICATIONS}")
-        if not set(self.tables) <= set(TABLES):
-            raise ValueError(f"algorithm {self.name!r}: tables={self.tables}; each one of {TABLES}")
+        if not all(callable(b) for b in self.tables):
+            raise ValueError(f"algorithm {self.name!r}: tables={self.tables}; each a builder, build(PairFacts) -> "
+                             f"table (xvocab.alignment.tables.intersection, or a function of its own)")
+        if self.control_case not in CONTROL_CASES:
+            raise ValueError(f"algorithm {self.name!r}: control_case={self.control_case!r}; one of {CONTROL_CASES}")
         if self.couples and self.verification != "exact":
             raise ValueError(f"algorithm {self.name!r}: coupling races exact-match verification only")

@@ -8,7 +8,7 @@ widths: the draft is restricted to ids both heads have and that spell bytes or e
 Cost: k draft forwards of one token and one target forward of k + 1 positions.
 
 Why it is TLI's code: over one shared vocabulary the intersection of the two vocabularies is every id, and
-its map is the identity (xvocab.alignment.tables.pair_tables builds it so), so TLI's proposal (restrict,
+its map is the identity (xvocab.alignment.tables.intersection builds it so), so TLI's proposal (restrict,
 sample, push at the target's width, verify by rejection) is exactly the standard algorithm's. The algorithm
 keeps its name, its vocabulary check and this file; the drafting is written once, in xvocab.algorithms.tli
 (tests/test_exactness.py checks sd against ar, greedy and sampled).
@@ -17,9 +17,10 @@ from __future__ import annotations
 
 from xvocab.algorithms.common import Algorithm
 from xvocab.algorithms.tli import draft
+from xvocab.alignment.tables import intersection
 
-ALGORITHM = Algorithm("sd", draft, verification="rejection", one_vocabulary=True, tables=("tli",),
+ALGORITHM = Algorithm("sd", draft, verification="rejection", one_vocabulary=True, tables=(intersection,),
                       summary="standard speculative sampling over one shared vocabulary (Leviathan et al. 2023)",
-                      control="the residual max(p - q, 0) sampled unnormalized")
+                      control="the residual max(p - q, 0) sampled unnormalized", control_case="one-vocabulary")
 
 __all__ = ["ALGORITHM", "draft"]

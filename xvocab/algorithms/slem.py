@@ -71,4 +71,4 @@ ALGORITHM = Algorithm("slem", draft, verification="exact", couples=True, in_vllm
                       summary="the draft's text re-tokenized for the target, kept as far as it equals the target's "
                               "own choices (Timor et al. 2025, Alg. 2)",
                       control="every proposal accepted without the target's own draw (coupled: the race written "
-                              "as argmax p E instead of p / E)")
+                              "as argmax p E instead of p / E)", control_case="mirror")

@@ -21,10 +21,21 @@ Expected acceptance per position: sum_t min(p(t), psi(t)).
 from __future__ import annotations
 
 from xvocab.algorithms.common import Algorithm, DraftContext, Proposal
+from xvocab.alignment.tables import first_target_token
 
 
 def draft(ctx: DraftContext, k: int) -> Proposal:
-    m = ctx.maps.slrs  # DraftIds: draft id -> first target token of its bytes (NO_TOKEN: no bytes, no role)
+    return (yield from _draft(ctx, k, psi=True))
+
+
+def draft_with_q_for_psi(ctx: DraftContext, k: int) -> Proposal:
+    """The negative control: SLRS, except that the proposal's own entry r(t) is q(d) of the drawn draft token
+    instead of psi(t), the mass of every draft token whose first target token is t."""
+    return (yield from _draft(ctx, k, psi=False))
+
+
+def _draft(ctx: DraftContext, k: int, *, psi: bool) -> Proposal:
+    m = ctx.maps[first_target_token]  # DraftIds: draft id -> first target token of its bytes (NO_TOKEN: neither)
     text = ctx.target.stream.text
     ids, rows = [], []
     for _ in range(k):
@@ -34,20 +45,16 @@ def draft(ctx: DraftContext, k: int) -> Proposal:
         ids.append(t)
         if q is not None:  # psi [V_target]
             rows.append(m.push(q, ctx.maps.target_vocab))
-        if d in ctx.maps.roles:  # the draft's EOS, proposed as the target's: nothing follows it
-            break
-        t_bytes = ctx.target.codec.token_bytes[t]
-        text += t_bytes
-        if ctx.same_vocab:
-            ctx.draft.rewind(len(ctx.draft.stream.ids), [d])
-        else:
-            ctx.sync_draft(text)
-        if not ctx.confident(logits, d):
+            if not psi:
+                rows[-1][t] = q[d]
+        text = ctx.advance(d, t, ctx.same_vocab, text, logits)  # (one vocabulary: d spells t; else re-synced)
+        if text is None:
             break
     return Proposal.of(ids, rows)
 
 
-ALGORITHM = Algorithm("slrs", draft, verification="rejection", tables=("slrs",),
+ALGORITHM = Algorithm("slrs", draft, verification="rejection", tables=(first_target_token,),
                       summary="rejection sampling against psi, the draft's mass induced on target tokens (Timor et "
                               "al. 2025)",
-                      control="q(d) of the drawn draft token used in place of psi(t)")
+                      control="q(d) of the drawn draft token used in place of psi(t)",
+                      control_draft=draft_with_q_for_psi, control_case="shared-first-token")

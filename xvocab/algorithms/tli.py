@@ -16,16 +16,31 @@ Cost: k draft forwards, a scatter over V_target per position, one target forward
 from __future__ import annotations
 
 from xvocab.algorithms.common import Algorithm, DraftContext, Proposal
+from xvocab.alignment.tables import intersection
+from xvocab.verification.sampling import logits_to_probs
 
 
 def draft(ctx: DraftContext, k: int) -> Proposal:
-    m = ctx.maps.tli  # DraftIds: the intersection, draft id -> target id
+    return (yield from _draft(ctx, k, renormalized_rows=True))
+
+
+def draft_with_rows_not_renormalized(ctx: DraftContext, k: int) -> Proposal:
+    """The negative control: ids drawn from q~ as TLI draws them, but each row sent for verification is the
+    draft's full softmax cut to the intersection and not renormalized (it sums to below one)."""
+    return (yield from _draft(ctx, k, renormalized_rows=False))
+
+
+def _draft(ctx: DraftContext, k: int, *, renormalized_rows: bool) -> Proposal:
+    m = ctx.maps[intersection]  # DraftIds: draft id -> the target id with the same bytes
     ids, rows = [], []
     for _ in range(k):
-        logits = m.restrict((yield from ctx.draft.next_logits()))  # [V_draft], -inf outside the allowed ids
+        raw = yield from ctx.draft.next_logits()  # [V_draft]
+        logits = m.restrict(raw)  # -inf outside the allowed ids
         d, q = ctx.draw(logits)  # q [V_draft], zero outside I; None when greedy
         ids.append(m.to_target_host[d])
         if q is not None:
+            if not renormalized_rows:
+                q = logits_to_probs(raw, ctx.params) * (m.bias == 0)
             rows.append(m.push(q, ctx.maps.target_vocab))  # q~ [V_target]
         if d in ctx.maps.roles:  # the draft's EOS, proposed as the target's: nothing follows it
             break
@@ -35,7 +50,8 @@ def draft(ctx: DraftContext, k: int) -> Proposal:
     return Proposal.of(ids, rows)
 
 
-ALGORITHM = Algorithm("tli", draft, verification="rejection", tables=("tli",), in_vllm=True,
+ALGORITHM = Algorithm("tli", draft, verification="rejection", tables=(intersection,), in_vllm=True,
                       summary="the draft restricted to the byte-exact vocabulary intersection, verified by "
                               "rejection sampling (Timor et al. 2025, Alg. 4)",
-                      control="the draft's distribution restricted to the intersection but not renormalized")
+                      control="the draft's distribution restricted to the intersection but not renormalized",
+                      control_draft=draft_with_rows_not_renormalized, control_case="outside")

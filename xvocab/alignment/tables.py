@@ -1,10 +1,12 @@
-"""Per-pair id tables the drafters read: which draft ids may be proposed, and as which target id.
+"""Per-pair tables the drafters read: which draft ids may be proposed, and as which target id.
 
-What: for a (target, draft) pair, `pair_tables` gives (cached) the role map and two `DraftIds` tables, each built
-on first use, at the widths of the two models' output heads:
-* `tli`: draft id -> the target id with the same bytes (the intersection; identity when the two
-  vocabularies coincide);
-* `slrs`: draft id -> the first target token of its bytes;
+What: for a (target, draft) pair, `pair_tables` gives (cached) the pair's facts (`PairFacts`: codecs, head widths,
+roles) and its tables, each built on first use by a builder an algorithm's registry entry declares
+(xvocab.algorithms.common.Algorithm.tables) and kept for the pair. Two builders live here, as any algorithm may
+read them; an algorithm with a table of its own declares its builder in its own file. This module knows no
+algorithm by name.
+* `intersection`: draft id -> the target id with the same bytes (identity when the two vocabularies coincide);
+* `first_target_token`: draft id -> the first target token of its bytes;
 * `roles`: draft special id -> target id, for the one special a draft may propose: end of
   sequence. Every draft EOS id maps to the target's EOS (the same id where both vocabularies
   coincide and the target also ends there); every other special (BOS, PAD, chat markers,
@@ -19,13 +21,13 @@ once per pair, not per drafted token. Head widths matter: Qwen2.5-0.5B has 151,9
 and Qwen2.5-7B 152,064 for one tokenizer, so a draft row is never used as a target row; ids
 outside the narrower side map to nothing.
 
-Invariant: every id in `tli.dst` / `slrs.dst` is < target_vocab, and `push` returns rows of the
+Invariant: every id in a DraftIds' `dst` built through `PairFacts.fit` is < target_vocab, and `push` returns rows of the
 target's width whatever the draft's width.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache, lru_cache
+from functools import lru_cache
 
 import torch
 
@@ -70,38 +72,89 @@ class DraftIds:
         return torch.zeros(target_vocab, dtype=q.dtype, device=q.device).index_add_(0, self.dst, q[self.src])
 
 
+@dataclass(frozen=True, eq=False)
+class PairFacts:
+    """What a pair's tables are built from: the two exact byte codecs (xvocab.alignment.tokens), the widths of
+    the two output heads, the role map (draft EOS id -> the target id it is proposed as) and whether the two
+    share one vocabulary. A table builder is any function `build(facts) -> table`; `facts.fit` applies the rule
+    every table of draft ids keeps (see the module docstring)."""
+
+    target: ByteCodec
+    draft: ByteCodec
+    target_vocab: int
+    draft_vocab: int
+    roles: dict[int, int]
+    same: bool
+
+    @property
+    def shared_ids(self) -> torch.Tensor:  # [V_draft] long: the target id with the same bytes, NO_TOKEN elsewhere
+        """The byte-exact intersection over the draft tokenizer's ids (specials mapped to nothing), computed once
+        per pair whichever table asks first (a fresh copy each call: tables edit theirs)."""
+        if "_shared" not in self.__dict__:
+            if self.same:
+                out = torch.arange(len(self.draft.token_bytes))
+            else:
+                out = between(self.target, self.draft).draft_to_target.clone()
+            out[torch.tensor([b is None for b in self.draft.token_bytes], dtype=torch.bool)] = NO_TOKEN
+            object.__setattr__(self, "_shared", out)
+        return self.__dict__["_shared"].clone()
+
+    def fit(self, to_target: torch.Tensor) -> DraftIds:
+        """[V_tokenizer] draft id -> target id (NO_TOKEN: never proposed) -> DraftIds at the heads' widths: padding
+        rows and ids past the target's head map to nothing, and each draft EOS to its role's target id."""
+        to_target = _fit(to_target, self.draft_vocab)
+        to_target[to_target >= self.target_vocab] = NO_TOKEN  # ids past the target's head: it can never emit them
+        for d, t in self.roles.items():
+            to_target[d] = t
+        return DraftIds.of(to_target)
+
+
+def intersection(facts: PairFacts) -> DraftIds:
+    """Draft id -> the target id with the same bytes (the identity over one vocabulary)."""
+    return facts.fit(facts.shared_ids)
+
+
+def first_target_token(facts: PairFacts) -> DraftIds:
+    """Draft id -> the first target token of its bytes (its counterpart where the target cannot spell them alone;
+    one vocabulary: the id itself)."""
+    shared = facts.shared_ids
+    return facts.fit(shared if facts.same else _first_target_tokens(facts.target, facts.draft, shared))
+
+
 class PairTables:
-    """Per-pair id tables the drafters use (see the module docstring), each built on first use and kept: an
-    algorithm pays only for the tables its registry entry names (xvocab.decode.pair.prepare builds those up front)."""
+    """A pair's tables, each built on first use by its builder and kept (keyed by the builder: two algorithms that
+    declare one builder share its table). An algorithm pays only for the builders its registry entry declares
+    (xvocab.decode.pair.prepare builds those up front); a drafter reads `ctx.maps[builder]`."""
 
-    def __init__(self, make: dict, roles: dict[int, int], target_vocab: int):
-        self._make = make                # name -> () -> DraftIds
-        self._built: dict[str, DraftIds] = {}
-        self.roles = roles               # draft special id -> target id (EOS only)
-        self.target_vocab = target_vocab  # width of the target's output head
+    def __init__(self, facts: PairFacts, device=None, host: "PairTables | None" = None):
+        self.facts = facts
+        self.roles = facts.roles               # draft special id -> target id (EOS only)
+        self.target_vocab = facts.target_vocab  # width of the target's output head
+        self._device, self._host = device, host  # a device copy reads its tables from the host's, built once
+        self._built: dict = {}
+        self._copies: dict = {}
 
-    def table(self, name: str) -> DraftIds:
-        if name not in self._built:
-            self._built[name] = self._make[name]()
-        return self._built[name]
+    def __getitem__(self, build):
+        if build not in self._built:
+            if self._host is None:
+                self._built[build] = build(self.facts)
+            else:
+                table = self._host[build]
+                self._built[build] = table.to(self._device) if hasattr(table, "to") else table
+        return self._built[build]
 
-    @property
-    def tli(self) -> DraftIds:
-        """The intersection: draft id -> the target id with the same bytes."""
-        return self.table("tli")
-
-    @property
-    def slrs(self) -> DraftIds:
-        """Draft id -> first target token of its bytes."""
-        return self.table("slrs")
-
-    def built(self) -> tuple[str, ...]:
+    def built(self) -> tuple:
+        """The builders whose tables exist here, in the order they were built."""
         return tuple(self._built)
 
     def to(self, device) -> "PairTables":
-        """These tables on `device`: each one built (once, here) when first asked for there, then moved."""
-        return PairTables({name: (lambda name=name: self.table(name).to(device)) for name in self._make},
-                          self.roles, self.target_vocab)
+        """These tables on `device`: each built once on the host, moved there when first asked for (a table with
+        `.to`), the copy kept per device."""
+        host = self._host or self
+        key = str(device)
+        if key not in host._copies:
+            host._copies[key] = PairTables(self.facts, device, host)
+        return host._copies[key]
 
 
 def same_vocabulary(a: ByteCodec, b: ByteCodec) -> bool:
@@ -117,33 +170,13 @@ def pair_tables(tc: ByteCodec, dc: ByteCodec, target_vocab: int, draft_vocab: in
     """The tables for a pair, from the target's and the draft's codecs (xvocab.alignment.tokens.codec, built once
     per tokenizer); `*_vocab` are the output-head widths, `*_eos` the ids that end a sequence (the tokenizers'
     EOS ids are always included); `same`: whether the two share one vocabulary, if the caller has worked it out
-    (xvocab.decode.pair.prepare), else worked out here."""
+    (xvocab.decode.pair.prepare), else worked out here. Cached per pair, and each table once per pair."""
     t_eos = {i for i in (*target_eos, tc.roles[1]) if i is not None and i < target_vocab}
     d_eos = {i for i in (*draft_eos, dc.roles[1]) if i is not None and i < draft_vocab}
     main_eos = tc.roles[1] if tc.roles[1] in t_eos else min(t_eos, default=None)
     same = same_vocabulary(tc, dc) if same is None else same
     roles = {} if main_eos is None else {d: (d if same and d in t_eos else main_eos) for d in d_eos}
-
-    @cache
-    def d2t() -> torch.Tensor:  # [V_draft]: the intersection (both tables start from it), computed once if asked
-        if same:
-            out = torch.arange(len(dc.token_bytes))
-        else:
-            out = between(tc, dc).draft_to_target.clone()
-        out[torch.tensor([b is None for b in dc.token_bytes], dtype=torch.bool)] = NO_TOKEN  # no BOS/PAD proposals
-        return out
-
-    def fitted(to_target: torch.Tensor) -> DraftIds:
-        to_target = _fit(to_target, draft_vocab)
-        to_target[to_target >= target_vocab] = NO_TOKEN  # ids past the target's head: it can never emit them
-        for d, t in roles.items():
-            to_target[d] = t
-        return DraftIds.of(to_target)
-
-    # (one vocabulary: every id is its own first target token)
-    return PairTables({"tli": lambda: fitted(d2t().clone()),
-                       "slrs": lambda: fitted(d2t().clone() if same else _first_target_tokens(tc, dc, d2t()))},
-                      roles, target_vocab)
+    return PairTables(PairFacts(tc, dc, target_vocab, draft_vocab, roles, same))
 
 
 def _first_target_tokens(tc, dc, d2t: torch.Tensor) -> torch.Tensor:

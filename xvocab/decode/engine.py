@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from xvocab import defaults
 from xvocab.decode import loop
-from xvocab.decode.rounds import ALGORITHMS, Output
+from xvocab.decode.rounds import Output
 from xvocab.errors import ConfigError
 from xvocab.runtime.batch_kv import pooled
 from xvocab.runtime.kv import CACHES, Decoder, OneRow
 from xvocab.verification.sampling import SamplingParams
 
-__all__ = ["ALGORITHMS", "Output", "generate"]
+__all__ = ["Output", "generate"]
 
 
 def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokenizer=None,

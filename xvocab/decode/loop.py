@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import torch
 
 from xvocab import algorithms
-from xvocab.algorithms import DRAFTERS, DraftContext, Proposal
+from xvocab.algorithms import DraftContext, Proposal
 from xvocab.algorithms.common import Side
 from xvocab.decode import rounds
 from xvocab.decode.commit import check_stop, commit
@@ -84,7 +84,8 @@ def decode(prompts: list[str], *, target, target_tokenizer, draft, draft_tokeniz
     if len(seeds) != len(prompts):
         raise ConfigError(f"{len(seeds)} seeds for {len(prompts)} prompts; pass one seed per prompt, or an int")
     wall0 = time.perf_counter()
-    speculating = algorithms.get(algorithm).uses_draft
+    entry = algorithms.get(algorithm)  # the name resolved once: the round reads the entry
+    speculating = entry.uses_draft
     pair = prepare(target, target_tokenizer, draft if speculating else None, draft_tokenizer, algorithm=algorithm,
                    draft_encoding=draft_encoding)  # the tokenizers checked; from here on only the pair reads them
     device = head_device(target)  # where the target's logits land, and verification runs
@@ -132,7 +133,7 @@ def decode(prompts: list[str], *, target, target_tokenizer, draft, draft_tokeniz
         live = [r for r in rows if r.slot is not None]
         round_start = time.perf_counter()
         k_round = policy.choose(k, len(live)) if policy is not None else k
-        proposals = _draft_round(live, algorithm, k_round, max_new_tokens, d_dec)
+        proposals = _draft_round(live, entry.draft, k_round, max_new_tokens, d_dec)
         t_start = time.perf_counter()
         logits = t_dec.step({r.slot: (r.t_side.full(), proposals[r.index].ids) for r in live})  # [n + 1, V] each
         now = time.perf_counter()
@@ -183,7 +184,7 @@ def _finish(r: Row, t_dec, d_dec, pair: Pair) -> rounds.Output:
     return r.output
 
 
-def _draft_round(live: list[Row], algorithm: str, k: int, max_new_tokens: int, d_dec) -> dict[int, Proposal]:
+def _draft_round(live: list[Row], draft: Callable, k: int, max_new_tokens: int, d_dec) -> dict[int, Proposal]:
     """Every live row's proposal for this round, the draft forwards batched across rows."""
     proposals: dict[int, Proposal] = {}
     calls = {}
@@ -192,7 +193,7 @@ def _draft_round(live: list[Row], algorithm: str, k: int, max_new_tokens: int, d
         if not r.drafting or budget <= 0:
             proposals[r.index] = Proposal([])
         else:
-            calls[r.slot] = DRAFTERS[algorithm](r.ctx, budget)
+            calls[r.slot] = draft(r.ctx, budget)
     by_slot = {r.slot: r for r in live}
     drafted = draft_in_lockstep(calls, d_dec)
     for i in drafted.full:  # the draft's context is full: this row's target decodes on alone (still exact)

@@ -144,7 +144,7 @@ def prepare_for_target(target_tokenizer, eos: tuple[int, ...], target_vocab: int
     tables = pair_tables(t_codec, d_codec, target_vocab, output_vocab(draft), tuple(eos),
                          eos_ids(draft, draft_tokenizer), same=same)
     tables = tables.to(head_device(draft))
-    for name in spec.tables if spec is not None else ():  # built now, not inside the first timed decode
-        tables.table(name)
+    for build in spec.tables if spec is not None else ():  # built now, not inside the first timed decode
+        tables[build]
     return Pair(**base, draft_tokenizer=draft_tokenizer, same_vocab=same,
                 draft_codec=draft_codec(t_codec, d_codec, encoding), tables=tables)

@@ -34,9 +34,6 @@ from xvocab.verification.verify import (
     rejection_verify_rows,
 )
 
-ALGORITHMS = tuple(algorithms.REGISTRY)
-
-
 @dataclass(frozen=True)
 class Output:
     token_ids: list[int]  # generated target-vocabulary ids, prompt excluded

@@ -29,7 +29,7 @@ from __future__ import annotations
 import torch
 
 from xvocab.alignment.tables import DraftIds
-from xvocab.verification.sampling import argmax
+from xvocab.runtime.host import argmax
 from xvocab.verification.seeds import tape_seed
 
 COUPLINGS = ("none", "gumbel")
@@ -64,7 +64,7 @@ class NoiseTape:
 
 def race(probs: torch.Tensor, noise: torch.Tensor) -> int:
     """argmax_x probs(x) / noise(x): a draw from probs (normalized or not) when noise is iid Exp(1).
-    (verification.sampling.argmax: torch's own CPU argmax is unvectorized, a third of a millisecond over 262k ids.)"""
+    (runtime.host.argmax: torch's own CPU argmax is unvectorized, a third of a millisecond over 262k ids.)"""
     return int(argmax(probs.float() / noise))
 
 

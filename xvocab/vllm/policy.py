@@ -13,9 +13,11 @@ that arm; each arm is tried WARMUP times, then the best is played, and the arm m
 once more after PROBE_EVERY steps of the bucket (a machine, a workload and a draft's acceptance drift), the gap
 doubling, up to PROBE_MAX, each time a probe leaves the best arm as it was (a probe of a losing arm is a slow
 step). Where a smaller batch has settled on stepping aside, a larger one starts there and tries drafting only by
-probes (drafting pays less as the batch grows: the target's forward turns compute-bound). Steps whose batch
-changed (admissions, departures: a prefill ran inside them) or that waited on something else (longer than
-STALL x the arm's median) teach nothing and are left out.
+probes (drafting pays less as the batch grows: the target's forward turns compute-bound). Steps that teach
+nothing about the arm are left out: those whose requests changed (an admission or a departure, even at one batch
+size: vLLM's prefill of the newcomer ran inside them), those in which the proposer prefilled a draft prompt (a cost
+paid once a request, not a cost of drafting: counting it made drafting look slow at batch 1, where every request
+starts with one), and those that waited on something else (longer than STALL x the arm's median).
 
 `draft_lengths={batch: k}` instead fixes the length per batch size as vLLM's own per-batch-size lengths do (the k of
 the largest key at most the batch); `mode="off"` always drafts k.
@@ -106,10 +108,11 @@ class StepPolicy:
         seconds = sum(s for _, s in seen)
         return sum(t for t, _ in seen) / seconds if seconds > 0 else 0.0
 
-    def observe(self, batch: int, tokens: int, seconds: float) -> None:
-        """The step after a choice: `batch` rows emitted `tokens` in `seconds` since that choice's step began."""
+    def observe(self, batch: int, tokens: int, seconds: float, clean: bool = True) -> None:
+        """The step after a choice: `batch` rows emitted `tokens` in `seconds` since that choice's step began;
+        `clean` False where that interval held work that is not the arm's (module docstring): nothing is learnt."""
         pending, self._pending = self._pending, None
-        if pending is None or self.mode == "off" or self.lengths or pending[0] != batch or seconds <= 0:
+        if pending is None or not clean or self.mode == "off" or self.lengths or pending[0] != batch or seconds <= 0:
             return
         seen = self.seen.get(bucket(batch), {}).get(pending[1])
         if seen is None:

@@ -45,7 +45,7 @@ from pathlib import Path
 
 import torch
 
-from xvocab.algorithms import DRAFTERS
+from xvocab import algorithms
 from xvocab.alignment.roles import generation_eos_ids
 from xvocab.alignment.tables import same_vocabulary
 from xvocab.alignment.tokens import codec
@@ -116,6 +116,7 @@ class Proposer:
         check_runner(vllm_config)
         check_verification(vllm_config.speculative_config)
         self.settings = s = Settings.from_vllm_config(vllm_config)
+        self._draft = algorithms.get(s.algorithm).draft  # the entry's drafter, resolved once
         self.vllm_config = vllm_config
         model_config = vllm_config.model_config
         self.max_model_len = int(model_config.max_model_len)
@@ -141,6 +142,8 @@ class Proposer:
                            draft_prefill_tokens=0)
         self._warned: set[str] = set()
         self._last_start: float | None = None  # when the last step began (the policy times steps from it)
+        self._last_members: list = []          # the requests of the last step (their views, held: compared by identity)
+        self._prefilled = False                # whether the last step prefilled a draft prompt
         self._stats_written = 0.0
         self.load_model()  # at start-up: a draft that cannot load stops the engine there, with the reason
 
@@ -256,16 +259,20 @@ class Proposer:
         emitted = sum(len(sampled_token_ids[i]) for i in live)
         c["forwards"] += len(live)  # what vLLM emitted for each row: one forward, its accepted proposals and its own
         c["tokens"] += emitted
-        if self._last_start is not None:
-            self.policy.observe(len(live), emitted, start - self._last_start)
-        k_step = self.policy.choose(len(live))
-        if batch is not None and batch.num_spec is not None:
-            k_step = min(k_step, batch.num_spec)  # vLLM's own length for this step (its per-batch-size lengths)
-        self._last_start = start
         if batch is not None and len(batch.req_ids) >= len(sampled_token_ids):
             slots = self._by_identity(batch, live, sampled_token_ids, num_tokens_no_spec, token_ids_cpu)
         else:
             slots = self._by_content(live, sampled_token_ids, num_tokens_no_spec, token_ids_cpu)
+        members = [self.slots.views[slot] for slot in sorted(slots.values())]  # (a new request: a new view object)
+        if self._last_start is not None:  # the last step's choice, timed to now; it learns nothing where the
+            # requests changed or that step prefilled a draft prompt (xvocab.vllm.policy)
+            clean = (len(members) == len(self._last_members) and not self._prefilled
+                     and all(a is b for a, b in zip(members, self._last_members)))
+            self.policy.observe(len(live), emitted, start - self._last_start, clean)
+        k_step = self.policy.choose(len(live))
+        if batch is not None and batch.num_spec is not None:
+            k_step = min(k_step, batch.num_spec)  # vLLM's own length for this step (its per-batch-size lengths)
+        self._last_start, self._last_members = start, members
         if k_step == 0:
             skipped["policy_off"] += len(slots)
         calls, room = {}, {}
@@ -296,11 +303,12 @@ class Proposer:
                 skipped["prefilling"] += 1
                 continue
             try:
-                calls[slot] = DRAFTERS[s.algorithm](view.ctx, min(s.draft_steps or s.k, room[slot]))
+                calls[slot] = self._draft(view.ctx, min(s.draft_steps or s.k, room[slot]))
             except Exception as err:
                 self._drop_row(slot, i, batch)
                 self._warn("drafter", err)
                 skipped["failed"] += 1
+        self._prefilled = prefill_left < s.prefill_chunk
         drafted = draft_in_lockstep(calls, self.decoder, isolate=True)
         skipped["draft_context_full"] += len(drafted.full)
         skipped["waiting_for_text"] += len(drafted.waiting)

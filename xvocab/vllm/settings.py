@@ -27,7 +27,11 @@ from xvocab.vllm.kernels import CHOICES as KERNELS
 from xvocab.vllm.policy import MODES as POLICY_MODES
 
 KEY = "xvocab"                 # the additional_config entry the settings live under
-ALGORITHMS = algorithms.names(in_vllm=True)  # verified by vLLM as point proposals (module docstring): slem, tli
+
+def served() -> tuple[str, ...]:
+    """The registered algorithms vLLM's custom-class path can verify (point proposals, module docstring), as of now."""
+    return algorithms.names(in_vllm=True)
+
 DTYPES = ("float32", "bfloat16", "float16")
 MAX_ROWS = 32                  # draft KV rows held at once (requests beyond them decode without proposals)
 STATS_EVERY = 0.5              # seconds between two writes of stats_file
@@ -56,6 +60,8 @@ class Settings:
     prefill_chunk: int = PREFILL_CHUNK           # draft prompt tokens prefilled per step, in a forward of their own
     stats_file: str | None = None                # where the worker writes stats() as JSON (atomically, at most
                                                  # every STATS_EVERY seconds while it serves): a server's stats
+    plugins: str | None = None                   # modules that register algorithms (comma-separated), imported
+                                                 # wherever the settings are read, vLLM's workers included
 
     @staticmethod
     def from_vllm_config(vllm_config) -> "Settings":
@@ -72,18 +78,20 @@ class Settings:
                               f"--speculative-config '{{\"method\": \"custom_class\", \"model\": "
                               f"\"xvocab.vllm.Proposer\", \"num_speculative_tokens\": 4}}' --additional-config "
                               f"'{{\"{KEY}\": {{\"draft\": \"smollm2-135m\"}}}}'")
+        algorithms.load_plugins(given.get("plugins") or "")  # (XVOCAB_PLUGINS was imported with xvocab itself)
         settings = Settings(k=int(spec.num_speculative_tokens), **given)
         settings.check()
         return settings
 
     def check(self) -> None:
-        if self.algorithm not in ALGORITHMS:
+        if self.algorithm not in served():
             spec = algorithms.REGISTRY.get(self.algorithm)  # what the entry says decides the reason
             why = ("it is not an algorithm xvocab serves in vLLM" if spec is None else
                    "it proposes nothing: vLLM's ar is the engine without a speculative_config" if not spec.uses_draft
                    else "one shared vocabulary is vLLM's own draft_model method" if spec.one_vocabulary else
                    "it verifies against a distribution, and vLLM's custom-class path verifies point proposals")
-            raise ConfigError(f"algorithm={self.algorithm!r}: {why}; choose one of {', '.join(ALGORITHMS)}")
+            raise ConfigError(f"algorithm={self.algorithm!r}: {why}; choose one of {', '.join(served())} (an algorithm "
+                              f"of your own: name its module in plugins)")
         if self.draft_encoding not in (None, *ENCODINGS):
             raise ConfigError(f"draft_encoding={self.draft_encoding!r}; choose one of {', '.join(ENCODINGS)}, or "
                               f"leave it out (the drafter's own)")

@@ -109,7 +109,7 @@ def biased_pair(target_tokenizer, draft_tokenizer, *, seed: int = 0, topic: tupl
     Same seed, same pair: bit-identical models.
     """
     from xvocab.alignment.intersection import NO_TOKEN, intersection
-    from xvocab.alignment.tables import pair_tables
+    from xvocab.alignment.tables import first_target_token, pair_tables
     from xvocab.alignment.tokens import codec
 
     target = tiny_model(target_tokenizer, seed=seed, n_heads=n_heads)
@@ -123,7 +123,7 @@ def biased_pair(target_tokenizer, draft_tokenizer, *, seed: int = 0, topic: tupl
         n = draft.lm_head.weight.shape[0]
         d2t = torch.full((n,), NO_TOKEN)                                      # [V_draft] the same bytes
         d2t[: len(vocab.draft_to_target)] = vocab.draft_to_target[:n]
-        first = pair_tables(codec(target_tokenizer), codec(draft_tokenizer), n_t, n).slrs.to_target  # [V_draft]
+        first = pair_tables(codec(target_tokenizer), codec(draft_tokenizer), n_t, n)[first_target_token].to_target  # [V_draft]
         hit = d2t != NO_TOKEN
         copies = ~hit & (first != NO_TOKEN)
         copied = torch.zeros(n_t, dtype=torch.bool)                           # [V_target] starts an unshared draft id
