@@ -212,8 +212,9 @@ def main(argv=None) -> None:
         args.variants = list(dict.fromkeys(v for g in args.groups for v in g))
     for spec in args.variants:
         parse(spec)
-    if "ar" not in args.variants:
-        raise SystemExit("the variants must include ar: ratios are taken against vLLM's ar")
+    if "ar" not in args.variants and not args.groups:
+        raise SystemExit("the variants must include ar: ratios are taken against vLLM's ar (--groups may leave it out: "
+                         "a group without ar is compared with its first variant)")
     run(args)
     report(Path(args.out))
 

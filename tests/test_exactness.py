@@ -486,6 +486,32 @@ def test_fast_argmax_is_torch_argmax_with_ties_nan_and_infinities():
     assert argmax(x).dtype == torch.long
 
 
+def test_rdks_kernel_matches_its_reference_keeps_mass_and_draws_its_rows():
+    """RDK's M^T q (xvocab.algorithms.rdk.Kernel.apply, index_add over the forest) against the definition row by
+    row, on a real pair whose kernel moves mass (Qwen2.5's target ids outside smollm2's vocabulary); mass is kept
+    (M is row-stochastic); and `move` draws M[i]: i with 1 - lambda, each child with lambda / children. Control: a
+    kernel weight of 0 is the identity (TLI's proposal), so the comparison can tell."""
+    from xvocab.algorithms.rdk import LAMBDA, affinity_kernel
+
+    tt, dt = xvocab.zoo.tokenizer("qwen2.5-coder-1.5b"), xvocab.zoo.tokenizer("smollm2-135m")
+    kernel = pair_tables(codec(tt), codec(dt), len(tt), len(dt))[affinity_kernel]
+    gen = torch.Generator().manual_seed(0)
+    parents = list(kernel.children)[:200]
+    q = torch.zeros(len(tt), dtype=torch.float64)
+    q[torch.tensor(parents)] = torch.rand(len(parents), generator=gen, dtype=torch.float64)
+    q[torch.randint(len(tt), (50,), generator=gen)] += 0.1  # mass on ids without children too
+    q /= q.sum()
+    r = kernel.apply(q, LAMBDA)
+    assert torch.allclose(r, kernel.apply_reference(q, LAMBDA), atol=1e-12)
+    assert abs(float(r.sum()) - 1) < 1e-12 and not torch.equal(r, q)
+    assert torch.equal(kernel.apply(q, 0.0), q)  # control: no redistribution, TLI's q~ itself
+    i = next(p for p in parents if len(kernel.children[p]) == 2)
+    draws = collections.Counter(kernel.move(i, LAMBDA, gen) for _ in range(6000))
+    assert set(draws) <= {i, *kernel.children[i]}
+    assert abs(draws[i] / 6000 - (1 - LAMBDA)) < 0.03
+    assert all(abs(draws[c] / 6000 - LAMBDA / 2) < 0.03 for c in kernel.children[i])
+
+
 def test_draft_ids_bias_and_push_equal_masking(tiny_pairs):
     """DraftIds restricts by adding a bias and pushes by index lists; the masked forms are the definition."""
     target, tt, draft, dt = tiny_pairs["starcoder", "refact"]
