@@ -570,6 +570,21 @@ def test_the_measured_policy_learns_nothing_from_a_step_that_held_a_draft_prefil
         before = len(policy.seen[1][arm])
         policy.observe(1, 5, 1.0, clean)
         assert len(policy.seen[1][arm]) - before == grows
+    # A probe whose step taught nothing (its catch-up) is played again, so that its next step measures it; the
+    # control: a probe measured cleanly is not repeated.
+    for clean, repeated in ((False, True), (True, False)):
+        policy = StepPolicy(4)
+        best, probe = None, None
+        for _ in range(400):
+            arm = policy.choose(1)
+            if best is not None and arm != best:
+                probe = arm
+                policy.observe(1, 1, 1.0, clean)
+                break
+            policy.observe(1, 1 + arm // 4, 1.0)  # drafting k: 2 tokens a second, else 1
+            best = 4 if policy.settled(1) == 4 else best
+        assert probe is not None and best == 4
+        assert (policy.choose(1) == probe) == repeated
     target_dir, draft_dir = pairs[PAIRS[0]]
     target, tt = xvocab.zoo.model(str(target_dir))
     for prompts, late in ((PROMPTS[:1], 0), (PROMPTS[:2], 1)):
@@ -578,8 +593,8 @@ def test_the_measured_policy_learns_nothing_from_a_step_that_held_a_draft_prefil
         proposer.policy.observe = lambda batch, tokens, seconds, clean=True: (recorded.append(clean),
                                                                               real(batch, tokens, seconds, clean))
         run_engine(proposer, target, [prompt_ids(tt, p) for p in prompts], 12, identity=True, late=late)
-        if late == 0:  # one request: only the step after its draft prefill is unclean
-            assert recorded[0] is False and len(recorded) > 2 and all(recorded[1:]), recorded
+        if late == 0:  # one request: the step after its draft prefill is unclean, later ones teach
+            assert recorded[0] is False and len(recorded) > 2 and recorded.count(True) > len(recorded) // 2, recorded
         else:  # and a second request's arrival, and its own prefill, add unclean steps
             assert recorded.count(False) >= 3 and True in recorded, recorded
 

@@ -54,8 +54,7 @@ class Kernel:
 
     def apply(self, q: torch.Tensor, lam: float) -> torch.Tensor:
         """q [V_target] -> M^T q [V_target]: each parent keeps 1 - lam of its mass, its children share lam."""
-        has = self.fanout > 0
-        r = q * torch.where(has, 1.0 - lam, 1.0).to(q.dtype)
+        r = q * (1.0 - lam * (self.fanout > 0).to(q.dtype))  # (in q's dtype: 1 - lam, not its float32 rounding)
         share = q[self.parent] * lam / self.fanout[self.parent].to(q.dtype)
         return r.index_add_(0, self.child, share)
 

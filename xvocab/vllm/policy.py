@@ -17,7 +17,10 @@ probes (drafting pays less as the batch grows: the target's forward turns comput
 nothing about the arm are left out: those whose requests changed (an admission or a departure, even at one batch
 size: vLLM's prefill of the newcomer ran inside them), those in which the proposer prefilled a draft prompt (a cost
 paid once a request, not a cost of drafting: counting it made drafting look slow at batch 1, where every request
-starts with one), and those that waited on something else (longer than STALL x the arm's median).
+starts with one) or fed a draft the text it missed while stepping aside (a probe's first step pays that catch-up,
+which made every probe of drafting look slow, so a policy once aside stayed aside), and those that waited on
+something else (longer than STALL x the arm's median). A step that taught nothing is played again (at most
+RETRIES times in a row), so an arm's first step after a catch-up is followed by one that measures it.
 
 `draft_lengths={batch: k}` instead fixes the length per batch size as vLLM's own per-batch-size lengths do (the k of
 the largest key at most the batch); `mode="off"` always drafts k.
@@ -36,6 +39,7 @@ WARMUP = 3
 PROBE_EVERY = 32
 PROBE_MAX = 1024
 STALL = 4.0
+RETRIES = 2
 MODES = ("measured", "off")
 
 
@@ -61,6 +65,8 @@ class StepPolicy:
         self.best_before_probe: dict[int, int] = {}  # bucket -> the best arm when its last probe was played
         self.chosen: dict[int, int] = {}             # arm -> steps it was chosen (stats)
         self._pending: tuple[int, int] | None = None  # (batch, arm) of the step being measured
+        self._again: tuple[int, int, int] | None = None  # (bucket, arm, retries): an arm whose step taught nothing
+        self._retries = 0                            # replays of the arm being played (RETRIES at most)
 
     def choose(self, batch: int) -> int:
         self.steps += 1
@@ -79,6 +85,11 @@ class StepPolicy:
     def _measured(self, b: int) -> int:
         seen = self.seen.setdefault(b, {arm: deque(maxlen=WINDOW) for arm in self.arms})
         n = self.bucket_steps[b] = self.bucket_steps.get(b, 0) + 1
+        again, self._again = self._again, None
+        if again is not None and again[0] == b and again[2] <= RETRIES:
+            self._retries = again[2]
+            return again[1]  # its last step taught nothing (module docstring): measure it again
+        self._retries = 0
         aside = any(self.settled(smaller) == 0 for smaller in self.seen if smaller < b)
         fresh = [arm for arm in self.arms if len(seen[arm]) < WARMUP and not (aside and arm > 0)]
         if fresh:
@@ -112,6 +123,8 @@ class StepPolicy:
         """The step after a choice: `batch` rows emitted `tokens` in `seconds` since that choice's step began;
         `clean` False where that interval held work that is not the arm's (module docstring): nothing is learnt."""
         pending, self._pending = self._pending, None
+        if pending is not None and not clean and self.mode == "measured" and not self.lengths:
+            self._again = (bucket(pending[0]), pending[1], self._retries + 1)
         if pending is None or not clean or self.mode == "off" or self.lengths or pending[0] != batch or seconds <= 0:
             return
         seen = self.seen.get(bucket(batch), {}).get(pending[1])

@@ -143,7 +143,7 @@ class Proposer:
         self._warned: set[str] = set()
         self._last_start: float | None = None  # when the last step began (the policy times steps from it)
         self._last_members: list = []          # the requests of the last step (their views, held: compared by identity)
-        self._prefilled = False                # whether the last step prefilled a draft prompt
+        self._prefilled = False                # whether the last step prefilled a draft prompt or caught one up
         self._stats_written = 0.0
         self.load_model()  # at start-up: a draft that cannot load stops the engine there, with the reason
 
@@ -265,7 +265,7 @@ class Proposer:
             slots = self._by_content(live, sampled_token_ids, num_tokens_no_spec, token_ids_cpu)
         members = [self.slots.views[slot] for slot in sorted(slots.values())]  # (a new request: a new view object)
         if self._last_start is not None:  # the last step's choice, timed to now; it learns nothing where the
-            # requests changed or that step prefilled a draft prompt (xvocab.vllm.policy)
+            # requests changed or that step prefilled or caught up a draft (xvocab.vllm.policy)
             clean = (len(members) == len(self._last_members) and not self._prefilled
                      and all(a is b for a, b in zip(members, self._last_members)))
             self.policy.observe(len(live), emitted, start - self._last_start, clean)
@@ -276,7 +276,7 @@ class Proposer:
         if k_step == 0:
             skipped["policy_off"] += len(slots)
         calls, room = {}, {}
-        prefill_left = s.prefill_chunk
+        prefill_left, caught_up = s.prefill_chunk, False
         for i, slot in slots.items():
             view = self.slots.views[slot]
             if view.proposed and view.proposed_at == c["steps"] - 1:  # this request's proposal of the last step
@@ -302,13 +302,15 @@ class Proposer:
             if self._behind(slot, view) > 0:
                 skipped["prefilling"] += 1
                 continue
+            held = len(self.decoder.decoder.ids[slot])
+            caught_up |= len(view.ctx.draft.full()) - held > 2 * (s.k + 1)  # text missed while aside: fed now
             try:
                 calls[slot] = self._draft(view.ctx, min(s.draft_steps or s.k, room[slot]))
             except Exception as err:
                 self._drop_row(slot, i, batch)
                 self._warn("drafter", err)
                 skipped["failed"] += 1
-        self._prefilled = prefill_left < s.prefill_chunk
+        self._prefilled = prefill_left < s.prefill_chunk or caught_up  # work the policy must not charge to an arm
         drafted = draft_in_lockstep(calls, self.decoder, isolate=True)
         skipped["draft_context_full"] += len(drafted.full)
         skipped["waiting_for_text"] += len(drafted.waiting)
