@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Protocol
 from dataclasses import dataclass, field
 
 import torch
@@ -49,7 +50,26 @@ from xvocab.verification.seeds import draft_seed
 
 # make_decoder(role, model, rows, capacity) -> a decoder (module docstring); role is "target" or "draft", capacity
 # the positions one row can need (prompt, new tokens, a proposal: a static cache grows past it if it must)
-MakeDecoder = Callable[[str, object, int, int], object]
+class RowDecoder(Protocol):
+    """What the loop asks of a decoder (xvocab.runtime.batch_kv.BatchDecoder, and the one-row and graph forms
+    beside it): rows keyed by slot, each asked for the logits after its committed ids and its proposal.
+
+    step({slot: (ids, proposal)}) -> {slot: logits [len(proposal) + 1, V]}: the cache keeps the longest prefix it
+    shares with `ids` (positions past it are rolled back) and feeds the rest; prefill(...) the same for newly
+    admitted rows, keeping each row's last logits for its first step; drop(slot) frees a row."""
+
+    limit: int | None                 # positions a row may hold (None: unbounded)
+    row_tokens: list[int]             # tokens fed per slot (stats)
+    row_forwards: list[int]           # forwards per slot (stats)
+
+    def step(self, asks: dict) -> dict: ...
+
+    def prefill(self, asks: dict) -> None: ...
+
+    def drop(self, slot: int) -> None: ...
+
+
+MakeDecoder = Callable[[str, object, int, int], RowDecoder]  # (role "target"/"draft", model, rows, capacity)
 
 
 @dataclass
