@@ -92,6 +92,17 @@ def test_fast_sync_equals_reference_on_random_edits(name):
     check()
 
 
+def test_fast_sync_widens_when_the_pre_tokenizer_reaches_back_across_the_window():
+    # tekken's regex takes b":" + U+36AC1 (unassigned) as one piece, but U+36AC1 + b"m"
+    # as one piece without the colon: a window starting after b":" whose first token
+    # matches would still split the new text differently from the whole text's encoding.
+    c = codec(xvocab.zoo.tokenizer("tekken-240911"))
+    a = ":\U00036ac1"
+    old = Stream.of(c, c.encode_continuation(a))
+    text = (a + "m").encode()
+    assert sync(c, old, text, window=4) == reference_sync(c, old, text) == (5, c.encode_exact(b"m"))
+
+
 @pytest.mark.parametrize("target,draft", PAIRS[:4])
 def test_propose_spells_the_draft_text_and_keeps_committed_ids(target, draft):
     tc = codec(xvocab.zoo.tokenizer(target))

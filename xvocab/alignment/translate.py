@@ -19,7 +19,9 @@ token ` f` is inside the look-behind window, re-encoding b" fib(n):" gives
 
 Cost: only a look-behind window of `window` tokens is re-tokenized, so a step costs
 O(window + new text), independent of context length; the window doubles while its
-first re-encoded token disagrees with the existing token there (the boundary moved).
+first re-encoded token disagrees with the existing token there (the boundary moved)
+or re-encoding from one token earlier splits differently (the pre-tokenizer's piece
+reaches back across the window's start).
 Invariant: after applying (keep, append) the stream spells `text` minus a trailing
 incomplete UTF-8 character (held back until it completes); text is never lost or
 duplicated. `reference_sync` re-tokenizes everything and is the definition the fast
@@ -100,23 +102,41 @@ def common_prefix_length(a, b) -> int:
     return lo
 
 
+def _char_start(stream: Stream, text: bytes, start: int, cut: int) -> int:
+    """The nearest token index <= `start` at which a character begins (never inside one)."""
+    while start > 0 and stream.ends[start - 1] < cut and text[stream.ends[start - 1]] & 0xC0 == 0x80:
+        start -= 1
+    return start
+
+
 def sync(codec: ByteCodec, stream: Stream, text: bytes, window: int = DEFAULT_WINDOW) -> tuple[int, list[int]]:
     """(keep, append) that make `stream` spell `text` as the tokenizer would, re-encoding only a window."""
     cut = complete_utf8(text)
     common = _common_tokens(stream, text[:cut])
     w = max(1, window)
     while True:
-        start = max(0, common - w)
-        # Never start inside a character: back up over tokens ending on a continuation byte.
-        while start > 0 and stream.ends[start - 1] < cut and text[stream.ends[start - 1]] & 0xC0 == 0x80:
-            start -= 1
+        start = _char_start(stream, text, max(0, common - w), cut)
         offset = stream.ends[start - 1] if start else 0
         fresh = codec.encode_exact(text[offset:cut])
-        anchored = start == 0 or (start < len(stream.ids) and fresh[:1] == [stream.ids[start]])
-        if anchored:
+        if start == 0 or (start < len(stream.ids) and fresh[:1] == [stream.ids[start]]
+                          and _split_is_local(codec, stream, text, start, cut, fresh)):
             keep = start + common_prefix_length(fresh, stream.ids[start:common])
             return keep, fresh[keep - start:]
         w *= 2
+
+
+def _split_is_local(codec: ByteCodec, stream: Stream, text: bytes, start: int, cut: int, fresh: list[int]) -> bool:
+    """Whether re-encoding from one character-starting token earlier gives the tokens there plus `fresh`.
+
+    A regex pre-tokenizer can merge the bytes before the window into the window's
+    first piece: tekken splits b":" + U+36AC1 (unassigned) + b"m" into the pieces
+    b":" + U+36AC1 and b"m", but the window's text alone into one piece U+36AC1 + b"m".
+    Two scans that agree from the window's start on make that much less likely, and a
+    disagreement widens the window.
+    """
+    before = _char_start(stream, text, start - 1, cut)
+    offset = stream.ends[before - 1] if before else 0
+    return codec.encode_exact(text[offset:cut]) == list(stream.ids[before:start]) + fresh
 
 
 def reference_sync(codec: ByteCodec, stream: Stream, text: bytes) -> tuple[int, list[int]]:
