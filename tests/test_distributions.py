@@ -29,7 +29,10 @@ and the bug must fail:
   truncated support rarely share one, so SLRS's bug would leave their samples unchanged;
 * "extends": the target's top three hold a token outside the intersection whose bytes extend the draft's one
   choice (a kernel that redistributes onto it, RDK's, is exercised at every position);
-* "one-vocabulary": one tokenizer, the draft's head 96 rows wider.
+* "one-vocabulary": one tokenizer, the draft's head 96 rows wider;
+* "repeats": the target alone (an algorithm that reads no draft, lookup) on a prompt that repeats itself, the
+  target steered to three of its ids at equal logits, so the context's runs are proposed at most positions and
+  accepted a third of the time.
 An algorithm registered before collection joins the grid, the controls and the batched path without an edit here.
 """
 from __future__ import annotations
@@ -63,7 +66,14 @@ CROSS_PAIRS = [("starcoder", "refact", 0), ("llama-spm", "mistral-v7", 0), ("tek
 SD_CASES = [("gpt-2", 0, 0), ("gpt-2", 96, 0), ("starcoder", 0, 64), ("mistral-v1", 32, 16)]
 CONTROL_PAIR = ("llama-spm", "mistral-v7")
 CASE_OF = {"mirror": "llama-spm<-mistral-v7", "outside": "control", "shared-first-token": "psi", "extends": "extends",
-           "one-vocabulary": "gpt-2+96/+0"}  # an entry's control_case -> the case below
+           "one-vocabulary": "gpt-2+96/+0", "repeats": "repeats"}  # an entry's control_case -> the case below
+REPEATS_PROMPT = "a b c a b c a b"
+PROMPT_OF = {"repeats": REPEATS_PROMPT}  # a case's prompt where it is not PROMPT
+
+
+def pvalue(cases, case: str, alg: str, setting: str, **kw) -> float:
+    """sampled_pvalue on case `case` (with its prompt) under the named setting."""
+    return sampled_pvalue(cases[case], alg, SETTINGS[setting], prompt=PROMPT_OF.get(case, PROMPT), **kw)
 
 
 def _leaky(draft, seed=7, noise=0.3):
@@ -104,14 +114,24 @@ def _splitting(draft, tt, dt, scale=1.0):
     return draft
 
 
+def _steered(model, rows, big=1000.0):
+    """A copy of `model` whose head gives `rows` equal logits `big` and every other id 0, whatever the context."""
+    import copy
+
+    out = copy.deepcopy(model)
+    head = out.get_output_embeddings()
+    with torch.no_grad():
+        head.weight[rows] = 0.0
+        head.bias = torch.nn.Parameter(torch.zeros(head.weight.shape[0]).index_fill_(0, torch.tensor(rows), big))
+    return out.eval()
+
+
 def _psi_case(target, tt, draft, dt, big=1000.0):
     """Target and draft steered so that psi differs from q at every position: the target's top three are
     t, u, v at equal logits (p = 1/3 each), the draft's top three are d1, d2 (both starting with the target
     token t, say `▁thigh` and `▁thesis` for `▁th`) and d3 (standing for u), also at equal logits. Then
     psi(t) = 2/3, psi(u) = 1/3, q(d1) = 1/3: a verifier that uses q(d) in place of psi(t) accepts t
     twice as often as it should, and the output shifts from uniform to {t: 2/3, u: 1/3} per position."""
-    import copy
-
     from xvocab.alignment.tables import first_target_token, pair_tables
 
     first = pair_tables(codec(tt), codec(dt), len(tt), len(dt))[first_target_token].to_target.tolist()  # [V_draft] first target token
@@ -121,16 +141,7 @@ def _psi_case(target, tt, draft, dt, big=1000.0):
     spelled = [t for t in sorted(groups) if t >= 0 and len(groups[t]) >= 2 and len(tt.convert_ids_to_tokens(t)) >= 3
                and tt.convert_ids_to_tokens(t).lstrip("\u2581").isalpha()]
     t, u, v = spelled[:3]
-
-    def steered(model, rows):
-        out = copy.deepcopy(model)
-        head = out.get_output_embeddings()
-        with torch.no_grad():
-            head.weight[rows] = 0.0  # equal logits for the steered rows, whatever the hidden state
-            head.bias = torch.nn.Parameter(torch.zeros(head.weight.shape[0]).index_fill_(0, torch.tensor(rows), big))
-        return out.eval()
-
-    return steered(target, [t, u, v]), tt, steered(draft, groups[t][:2] + groups[u][:1]), dt
+    return _steered(target, [t, u, v], big), tt, _steered(draft, groups[t][:2] + groups[u][:1], big), dt
 
 
 def _extends_case(target, tt, draft, dt, big=1000.0):
@@ -139,8 +150,6 @@ def _extends_case(target, tt, draft, dt, big=1000.0):
     i, a token c outside the intersection whose bytes extend i's (`▁blockquote`) and a third u. c is chosen, by
     bytes alone, as the one target token outside the intersection that starts with i's bytes, with no longer
     intersection token between them, so any prefix-affinity kernel puts all of i's redistributed mass on c."""
-    import copy
-
     from xvocab.alignment.intersection import intersection as shared
 
     spelled, vocab = codec(tt).token_bytes, shared(tt, dt)
@@ -162,15 +171,15 @@ def _extends_case(target, tt, draft, dt, big=1000.0):
             found.append((i, c))
     (i, c), u = found[0], found[1][0]
 
-    def steered(model, rows):
-        out = copy.deepcopy(model)
-        head = out.get_output_embeddings()
-        with torch.no_grad():
-            head.weight[rows] = 0.0
-            head.bias = torch.nn.Parameter(torch.zeros(head.weight.shape[0]).index_fill_(0, torch.tensor(rows), big))
-        return out.eval()
+    return _steered(target, [i, c, u], big), tt, _steered(draft, [int(vocab.target_to_draft[i])], big), dt
 
-    return steered(target, [i, c, u]), tt, steered(draft, [int(vocab.target_to_draft[i])]), dt
+
+def _repeats_case(target, tt):
+    """The target alone, steered to the three ids REPEATS_PROMPT is made of (`▁a`, `▁b`, `▁c`) at equal logits: the
+    prompt's runs are proposed by a lookup at most positions, each proposed id accepted with probability 1/3."""
+    rows = sorted(set(tt(REPEATS_PROMPT, add_special_tokens=False).input_ids))
+    assert len(rows) == 3, rows
+    return _steered(target, rows), tt, None, None
 
 
 @pytest.fixture(scope="module")
@@ -186,6 +195,7 @@ def cases():
             out["control"] = (base, tt, strong, dt)
             out["psi"] = _psi_case(base, tt, mirror_model(base, tt, dt), dt)
             out["extends"] = _extends_case(base, tt, mirror_model(base, tt, dt), dt)
+            out["repeats"] = _repeats_case(base, tt)
     for name, d_extra, t_extra in SD_CASES:
         tok = xvocab.zoo.tokenizer(name)
         base = xvocab.zoo.tiny_model(tok, seed=1)
@@ -196,7 +206,8 @@ def cases():
 
 def _grid():
     """(algorithm, case, setting, default tier?) for every drafting entry of the registry: over two vocabularies on
-    every cross pair, over one on every one-vocabulary case, each setting. Each algorithm has one combination in
+    every cross pair, over one on every one-vocabulary case, the target alone on "repeats" (an entry that reads no
+    draft: lookup), each setting. Each algorithm has one combination in
     the default tier, the pairs and settings rotating with its place in the registry (so the default tier covers
     as many pairs as there are algorithms); the rest are slow."""
     settings = list(SETTINGS)
@@ -211,6 +222,9 @@ def _grid():
         for n, (name, de, te) in enumerate(SD_CASES):
             for s in settings:
                 yield alg, f"{name}+{de}/+{te}", s, (n, s) == (j % len(SD_CASES), settings[0])
+    for j, alg in enumerate(algorithms.names(proposing=True, drafting=False)):
+        for s in settings:
+            yield alg, "repeats", s, s == settings[j % len(settings)]
 
 
 GRID = [pytest.param(*g[:3], id="-".join(g[:3]), marks=() if g[3] else pytest.mark.slow) for g in _grid()]
@@ -219,14 +233,14 @@ DEFAULT_CASE = {g[0]: g[1] for g in _grid() if g[3]}  # algorithm -> its default
 
 @pytest.mark.parametrize("alg,case,setting", GRID)
 def test_sampled_sequences_follow_the_target(cases, alg, case, setting):
-    assert sampled_pvalue(cases[case], alg, SETTINGS[setting]) > ALPHA
+    assert pvalue(cases, case, alg, setting) > ALPHA
 
 
-@pytest.mark.parametrize("alg", algorithms.names(drafting=True))
+@pytest.mark.parametrize("alg", algorithms.names(proposing=True))
 def test_each_algorithm_passes_where_its_control_fails(cases, alg):
     """The steered case an entry's control runs on (psi(t) = 2/3 while each q(d) = 1/3 for slrs; the kernel's
     target at every position for rdk), passed by the algorithm itself."""
-    assert sampled_pvalue(cases[CASE_OF[algorithms.get(alg).control_case]], alg, SETTINGS["T1-top_k3"]) > ALPHA
+    assert pvalue(cases, CASE_OF[algorithms.get(alg).control_case], alg, "T1-top_k3") > ALPHA
 
 
 # ------------------------------------------------------------------ negative controls: the same test must fail
@@ -271,18 +285,18 @@ def _plant(monkeypatch, alg: str) -> str:
     return CASE_OF[entry.control_case]
 
 
-@pytest.mark.parametrize("alg", algorithms.names(drafting=True))
+@pytest.mark.parametrize("alg", algorithms.names(proposing=True))
 def test_each_negative_control_is_rejected(cases, alg, monkeypatch):
     case = _plant(monkeypatch, alg)
-    assert sampled_pvalue(cases[case], alg, SETTINGS["T1-top_k3"]) < ALPHA
+    assert pvalue(cases, case, alg, "T1-top_k3") < ALPHA
 
 
 # Through xvocab.decode.batch: every algorithm on its default-tier case, and every negative control.
 
 
-@pytest.mark.parametrize("alg", algorithms.names(drafting=True))
+@pytest.mark.parametrize("alg", algorithms.names(proposing=True))
 def test_sampled_sequences_follow_the_target_through_the_batched_path(cases, alg):
-    assert sampled_pvalue(cases[DEFAULT_CASE[alg]], alg, SETTINGS["T1-top_k3"], batch=50) > ALPHA
+    assert pvalue(cases, DEFAULT_CASE[alg], alg, "T1-top_k3", batch=50) > ALPHA
 
 
 @pytest.mark.parametrize("alg,case,draft_temperature", [("tli", "llama-spm<-gpt-2", 0.5),
@@ -308,10 +322,10 @@ def test_sampled_sequences_follow_the_target_whatever_the_policy_chooses(cases):
 
 
 def _batched_controls():
-    """Every drafting algorithm's control through the batched path; in the default tier the first whose bug is in
+    """Every proposing algorithm's control through the batched path; in the default tier the first whose bug is in
     its drafter (one is enough to show the batched path can fail; the verifier bugs are planted in the functions
     both paths call), the rest slow."""
-    names = algorithms.names(drafting=True)
+    names = algorithms.names(proposing=True)
     first = next((a for a in names if algorithms.get(a).control_draft is not None), names[0])
     return [pytest.param(a, marks=() if a == first else pytest.mark.slow) for a in names]
 
@@ -319,7 +333,7 @@ def _batched_controls():
 @pytest.mark.parametrize("alg", _batched_controls())
 def test_each_negative_control_is_rejected_through_the_batched_path(cases, alg, monkeypatch):
     case = _plant(monkeypatch, alg)
-    assert sampled_pvalue(cases[case], alg, SETTINGS["T1-top_k3"], batch=50) < ALPHA
+    assert pvalue(cases, case, alg, "T1-top_k3", batch=50) < ALPHA
 
 
 @pytest.mark.parametrize("case,setting,batch", [("starcoder<-refact", "T0.7-top_p0.95", 0),
@@ -398,8 +412,8 @@ def test_a_biased_pair_shows_each_verifier_bug(biased, alg, setting, monkeypatch
 # ------------------------------------------------------------------ the registry: every algorithm here, with its control
 
 
-def test_every_drafting_algorithm_is_in_the_grid_and_has_a_control_the_suite_plants():
-    drafting = set(algorithms.names(drafting=True))
+def test_every_proposing_algorithm_is_in_the_grid_and_has_a_control_the_suite_plants():
+    drafting = set(algorithms.names(proposing=True))
     assert {g.values[0] for g in GRID} == drafting, "an algorithm of the registry is missing from the sampled grid"
     assert set(DEFAULT_CASE) == drafting, "an algorithm of the registry has no default-tier sampled case"
     for a in drafting:

@@ -185,6 +185,43 @@ def test_greedy_pairs_exercise_acceptance(tiny_pairs):
         assert out.stats.tau > 1.5, alg
 
 
+MODEL_FREE = algorithms.names(proposing=True, drafting=False)  # proposals from the target's own context (lookup)
+REPEATING = ["a b c a b c a b", "for i in range(n):\n    x = f(i)\nfor j in range(n):\n    y = f("]
+
+
+def _greedy_rows(tiny_pairs, alg: str, cases=None) -> dict:
+    """{(pair, prompt): (ar's ids, alg's ids, alg's Stats)} over the first four pairs' targets and PROMPTS and
+    REPEATING (or only `cases`), 32 tokens each."""
+    rows = {}
+    for pair in PAIRS[:4]:
+        target, tt, _, _ = tiny_pairs[pair]
+        for prompt in PROMPTS + REPEATING:
+            if cases is None or (pair, prompt) in cases:
+                ref = generate(prompt, target=target, target_tokenizer=tt, algorithm="ar", max_new_tokens=32)
+                out = generate(prompt, target=target, target_tokenizer=tt, algorithm=alg, k=4, max_new_tokens=32)
+                rows[pair, prompt] = (ref.token_ids, out.token_ids, out.stats)
+    return rows
+
+
+@pytest.mark.parametrize("alg", MODEL_FREE)
+def test_greedy_equals_ar_without_a_draft_model(tiny_pairs, alg, monkeypatch):
+    """An algorithm that reads no draft (its proposals from the context): every greedy row equals ar, with proposals
+    both accepted and rejected on the way. Control: a greedy verifier that accepts every proposal changes a row
+    (rerun where proposals were rejected)."""
+    rows = _greedy_rows(tiny_pairs, alg)
+    assert all(ref == out for ref, out, _ in rows.values())
+    proposed = sum(sum(s.proposed) for _, _, s in rows.values())
+    accepted = sum(sum(s.accepted) for _, _, s in rows.values())
+    assert proposed > accepted > 0, (proposed, accepted)
+
+    def accepts_all(logits, proposed):
+        return len(proposed), int(logits[len(proposed)].argmax())
+
+    monkeypatch.setattr(rounds, "greedy_verify", accepts_all)
+    rejected = {case for case, (_, _, s) in rows.items() if sum(s.proposed) > sum(s.accepted)}
+    assert any(ref != out for ref, out, _ in _greedy_rows(tiny_pairs, alg, rejected).values())
+
+
 @pytest.mark.parametrize("alg", ["sd", *CROSS])
 def test_self_drafting_accepts_every_token(tiny_pairs, alg):
     target, tt, _, _ = tiny_pairs["gemma-4", "gpt-2"]
@@ -525,3 +562,29 @@ def test_draft_ids_bias_and_push_equal_masking(tiny_pairs):
         assert torch.equal(torch.softmax(ids.restrict(logits), -1), q)
         masked = torch.zeros(tables.target_vocab).index_add_(0, ids.to_target[allowed], q[allowed])
         assert torch.equal(ids.push(q, tables.target_vocab), masked)
+
+
+def test_lookups_search_matches_its_reference():
+    """lookup's vectorized search equals the plain loop on random short contexts over 2-4 ids (where suffixes recur,
+    overlap and tie); control: the earliest occurrence's run in place of the latest is told apart."""
+    from xvocab.algorithms.lookup import find_run, reference_find_run
+
+    rng = torch.Generator().manual_seed(0)
+    differs = 0
+    for _ in range(2000):
+        n, alphabet, k = (int(torch.randint(lo, hi, (), generator=rng)) for lo, hi in ((0, 40), (2, 5), (0, 6)))
+        ids = torch.randint(0, alphabet, (n,), generator=rng).tolist()
+        assert find_run(ids, k) == reference_find_run(ids, k), (ids, k)
+        assert find_run(ids, k, max_n=2, min_n=1) == reference_find_run(ids, k, max_n=2, min_n=1), (ids, k)
+        differs += find_run(ids, k) != _earliest_run(ids, k)
+    assert differs > 100
+
+
+def _earliest_run(ids, k, max_n=4, min_n=2):
+    """The control: the run after the EARLIEST earlier occurrence of the longest recurring suffix."""
+    for n in range(max_n, min_n - 1, -1):
+        if len(ids) > n:
+            starts = [j for j in range(len(ids) - n) if ids[j:j + n] == ids[-n:]]
+            if starts:
+                return ids[starts[0] + n:starts[0] + n + k]
+    return []

@@ -96,14 +96,14 @@ def test_the_registry_is_the_algorithm_files_and_the_sweep_configs(tmp_path):
     assert config_mismatches(ROOT / "conf" / "algorithm", algorithms.REGISTRY) == []
     planted = tmp_path / "algorithms"
     shutil.copytree(folder, planted)
-    (planted / "lookup.py").write_text('ALGORITHM = Algorithm("lookup", draft, verification="exact", summary="")\n')
-    assert set(entries_in_files(planted)) - set(algorithms.REGISTRY) == {"lookup"}
+    (planted / "medusa.py").write_text('ALGORITHM = Algorithm("medusa", draft, verification="exact", summary="")\n')
+    assert set(entries_in_files(planted)) - set(algorithms.REGISTRY) == {"medusa"}
     conf = tmp_path / "conf"
     shutil.copytree(ROOT / "conf" / "algorithm", conf)
-    (conf / "lookup.yaml").write_text("name: lookup\n")
+    (conf / "medusa.yaml").write_text("name: medusa\n")
     (conf / "tli.yaml").write_text("name: slem\n")
     assert config_mismatches(conf, algorithms.REGISTRY) == ["conf/algorithm/tli.yaml is missing or does not say "
-                                                            "name: tli", "conf/algorithm/lookup.yaml names no "
+                                                            "name: tli", "conf/algorithm/medusa.yaml names no "
                                                             "registered algorithm"]
 
 
@@ -132,10 +132,11 @@ def _collect(*marks: str) -> str:
                           cwd=ROOT, capture_output=True, text=True, check=True).stdout
 
 
-def test_the_exactness_and_distribution_suites_run_every_drafting_algorithm():
-    """Collected, not read: each drafting algorithm owns test ids in both suites, and in the default tier a sampled
-    test, a batched one and its control. Control: the same check over ids with one algorithm's removed fails."""
-    drafting = algorithms.names(drafting=True)
+def test_the_exactness_and_distribution_suites_run_every_proposing_algorithm():
+    """Collected, not read: each algorithm that proposes (with a draft model or without) owns test ids in both
+    suites, and in the default tier a sampled test, a batched one and its control. Control: the same check over ids
+    with one algorithm's removed fails."""
+    drafting = algorithms.names(proposing=True)
     collected = _collect()
     assert suite_gaps(collected, drafting) == []
     default = _collect("-m", "not slow")

@@ -17,7 +17,7 @@ xvocab, and calling `register` at its top level (it may import from xvocab.algor
 A Proposal carries target-vocabulary ids and, for the rejection-sampling family (sd, tli, slrs), the
 distribution each was drawn from; exact-match proposals (slem, ar) carry none.
 """
-from xvocab.algorithms import ar, rdk, sd, slem, slrs, tli
+from xvocab.algorithms import ar, lookup, rdk, sd, slem, slrs, tli
 from xvocab.algorithms.common import Algorithm, DraftContext, Proposal
 from xvocab.errors import ConfigError
 
@@ -28,6 +28,7 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
     slrs.ALGORITHM,
     sd.ALGORITHM,
     rdk.ALGORITHM,
+    lookup.ALGORITHM,
 )}
 
 
@@ -53,11 +54,14 @@ def get(name: str) -> Algorithm:
         raise ConfigError(f"unknown algorithm {name!r}; choose one of {', '.join(REGISTRY)}") from None
 
 
-def names(*, drafting: bool | None = None, verification: str | None = None, couples: bool | None = None,
-          cross_vocabulary: bool | None = None, in_vllm: bool | None = None) -> tuple[str, ...]:
-    """The registered names with the asked properties, in registry order (None: either)."""
+def names(*, drafting: bool | None = None, proposing: bool | None = None, verification: str | None = None,
+          couples: bool | None = None, cross_vocabulary: bool | None = None,
+          in_vllm: bool | None = None) -> tuple[str, ...]:
+    """The registered names with the asked properties, in registry order (None: either). `drafting`: reads a
+    draft model; `proposing`: proposes at all (every entry but ar: lookup proposes from the context alone)."""
     def keep(a: Algorithm) -> bool:
         return ((drafting is None or a.uses_draft == drafting)
+                and (proposing is None or a.proposes == proposing)
                 and (verification is None or a.verification == verification)
                 and (couples is None or a.couples == couples)
                 and (cross_vocabulary is None or (a.uses_draft and not a.one_vocabulary) == cross_vocabulary)

@@ -11,5 +11,5 @@ def draft(ctx: DraftContext, k: int) -> Proposal:
     return Proposal([], None)
 
 
-ALGORITHM = Algorithm("ar", draft, verification="exact", uses_draft=False, couples=True,
+ALGORITHM = Algorithm("ar", draft, verification="exact", uses_draft=False, proposes=False, couples=True,
                       summary="the target alone, one token per forward: the baseline")

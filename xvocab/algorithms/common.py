@@ -139,7 +139,9 @@ CONTROL_CASES = ("mirror",              # a cross-vocabulary pair, the draft a n
                  "shared-first-token",  # several draft ids share one first target token (psi != q)
                  "extends",             # the target's mass on tokens outside the intersection that extend the
                                         # draft's choice (`Ġfibonacci` where the draft says `Ġfib`)
-                 "one-vocabulary")      # one tokenizer, heads of different widths
+                 "one-vocabulary",      # one tokenizer, heads of different widths
+                 "repeats")             # the target alone on a prompt that repeats itself (proposals from the
+                                        # context: a lookup proposes on most rounds)
 
 
 @dataclass(frozen=True)
@@ -154,7 +156,8 @@ class Algorithm:
     draft: Callable                # draft(ctx: DraftContext, k) -> Proposal, a generator (module docstring)
     verification: str              # one of VERIFICATIONS
     summary: str                   # one line: what it proposes
-    uses_draft: bool = True        # False: the target alone (ar); a draft passed to it is refused
+    uses_draft: bool = True        # False: no draft model (ar, lookup); a draft passed to it is refused
+    proposes: bool = True          # False: the empty proposal (ar), the reference every greedy row must equal
     couples: bool = False          # coupling="gumbel" applies: exact-match verification racing on shared noise
     one_vocabulary: bool = False   # refused unless target and draft share one vocabulary
     tables: tuple[Callable, ...] = ()  # builders of the pair tables its drafter reads, build(PairFacts) -> table
@@ -173,5 +176,7 @@ class Algorithm:
                              f"table (xvocab.alignment.tables.intersection, or a function of its own)")
         if self.control_case not in CONTROL_CASES:
             raise ValueError(f"algorithm {self.name!r}: control_case={self.control_case!r}; one of {CONTROL_CASES}")
+        if self.uses_draft and not self.proposes:
+            raise ValueError(f"algorithm {self.name!r}: reads a draft but proposes nothing; set proposes=True")
         if self.couples and self.verification != "exact":
             raise ValueError(f"algorithm {self.name!r}: coupling races exact-match verification only")

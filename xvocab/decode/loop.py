@@ -82,7 +82,7 @@ class Row:
     ctx: DraftContext
     generator: torch.Generator
     stats: Stats
-    drafting: bool
+    drafting: bool            # its drafter is called each round (every entry that proposes; off once its draft is full)
     out: list[int] = field(default_factory=list)
     slot: int | None = None   # its row in both decoders while it runs
     start: float = 0.0        # when its clock starts (perf_counter): the call's start for the first `slots` rows
@@ -124,7 +124,7 @@ def decode(prompts: list[str], *, target, target_tokenizer, draft, draft_tokeniz
         ctx = DraftContext(t_side, d_side, rounds.draft_params(params, draft_temperature), draft_generator,
                            pair.same_vocab, pair.tables, draft_confidence,
                            tape=rounds.noise_tape(coupling, algorithm, params, seeds[i], target, device))
-        rows.append(Row(i, t_side, d_side, ctx, generator, Stats(k=k), speculating))
+        rows.append(Row(i, t_side, d_side, ctx, generator, Stats(k=k), entry.proposes))
     # The target never holds more than prompt + max_new_tokens - 1 + k + 1 positions; a draft's text can take more
     # tokens than the target's.
     t_dec = make_decoder("target", target, slots, max(map(len, t_prompts)) + max_new_tokens + k)

@@ -34,7 +34,7 @@ def equals_ar_by_construction(config: dict) -> bool:
     from xvocab import algorithms  # (here: reading and writing records needs no model code)
 
     spec = algorithms.get(config["algorithm"])
-    if not spec.uses_draft:  # ar itself is the reference
+    if not spec.proposes:  # ar itself is the reference
         return False
     return config["temperature"] == 0 or (spec.couples and config.get("coupling") == "gumbel")
 

@@ -87,7 +87,8 @@ class Settings:
         if self.algorithm not in served():
             spec = algorithms.REGISTRY.get(self.algorithm)  # what the entry says decides the reason
             why = ("it is not an algorithm xvocab serves in vLLM" if spec is None else
-                   "it proposes nothing: vLLM's ar is the engine without a speculative_config" if not spec.uses_draft
+                   "it proposes nothing: vLLM's ar is the engine without a speculative_config" if not spec.proposes
+                   else "it reads no draft model: vLLM's own method='ngram' serves context lookup" if not spec.uses_draft
                    else "one shared vocabulary is vLLM's own draft_model method" if spec.one_vocabulary else
                    "it verifies against a distribution, and vLLM's custom-class path verifies point proposals")
             raise ConfigError(f"algorithm={self.algorithm!r}: {why}; choose one of {', '.join(served())} (an algorithm "
