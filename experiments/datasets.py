@@ -7,6 +7,12 @@ which each record names). Their templates:
 
 * prose_summary (summarization of a news-length article): the topics of 1,500-8,000 characters, each as
   "Summarize the following article.\n\n{document}\n\nSummary:" (the CNN/DailyMail template above).
+* code_edit (an edit that keeps most of its input, where outputs repeat inputs): each HumanEval problem's complete
+  function (prompt and canonical solution) shown in a code block, and asked back with one change, rotating over
+  the problems: type hints on every parameter and the return value; its first parameter renamed (`x` to
+  `x_value`); its docstring cut to one line; a comment above each loop and branch. The prompt opens the answer's
+  code block ("...Reply with the complete function only.\n\n```python\n"), and `stop: code_edit` ends the
+  completion where the model closes it.
 * prose_qa (question answering over a long document): the topics of more than 8,000 characters, cut at a
   paragraph end before 12,000 characters (about 3k tokens), each with a question on one of its section
   headings (the middle one): "{document}\n\nQuestion: According to the document above, what does the section
@@ -18,7 +24,8 @@ from experiments import humaneval
 from xvocab import zoo
 from xvocab.errors import ConfigError
 
-STOPS = {"humaneval": humaneval.STOP}  # a dataset's standard stop strings (a run's `stop: humaneval`)
+EDIT_STOP = ("\n```",)  # code_edit: the completion ends with the code block
+STOPS = {"humaneval": humaneval.STOP, "code_edit": EDIT_STOP}  # a dataset's standard stop strings (`stop: humaneval`)
 TINY = [{"id": "tiny/0", "prompt": "def add(a, b):\n    return"},
         {"id": "tiny/1", "prompt": "The capital of France is"}]
 
@@ -77,14 +84,40 @@ def prose(name: str) -> list[dict]:
     return rows
 
 
+EDITS = ("with type hints on every parameter and on the return value",
+         "with its parameter `{param}` renamed to `{param}_value` everywhere",
+         "with its docstring shortened to a single line",
+         "with a short comment above each loop and each `if`")
+
+
+def code_edit() -> list[dict]:
+    """The rows of `code_edit` (module docstring), one per HumanEval problem, in HumanEval's order."""
+    import ast
+
+    rows = []
+    for i, problem in enumerate(zoo.dataset("humaneval")):
+        function = (problem["prompt"] + problem["canonical_solution"]).strip("\n") + "\n"
+        defs = [n for n in ast.walk(ast.parse(function)) if isinstance(n, ast.FunctionDef)
+                and n.name == problem["entry_point"]]
+        params = [a.arg for a in defs[0].args.args] if defs else []
+        edit = EDITS[i % len(EDITS)]
+        if "{param}" in edit:
+            edit = edit.format(param=params[0]) if params else EDITS[0]
+        rows.append({"id": f"code_edit/{problem['id'].split('/')[-1]}", "edit": edit,
+                     "prompt": f"Here is a Python function.\n\n```python\n{function}```\n\nRewrite it {edit}. "
+                               f"Reply with the complete function only.\n\n```python\n"})
+    return rows
+
+
 # name -> loader(limit) -> [{"id": unique str, "prompt": str, ...}]: a new dataset is a loader here and
 # conf/dataset/<name>.yaml (README, "Adding a dataset").
 LOADERS = {
     "humaneval": lambda limit: zoo.dataset("humaneval"),
     "prose_summary": lambda limit: prose("prose_summary"),
     "prose_qa": lambda limit: prose("prose_qa"),
+    "code_edit": lambda limit: code_edit(),
     "tiny": lambda limit: TINY,
     "cnn_dailymail": lambda limit: _from_hub("cnn_dailymail", limit),
     "scrolls": lambda limit: _from_hub("scrolls", limit),
 }
-OFFLINE = ("humaneval", "prose_summary", "prose_qa", "tiny")  # the loaders that need no hub access
+OFFLINE = ("humaneval", "code_edit", "prose_summary", "prose_qa", "tiny")  # the loaders that need no hub access

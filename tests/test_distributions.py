@@ -30,9 +30,9 @@ and the bug must fail:
 * "extends": the target's top three hold a token outside the intersection whose bytes extend the draft's one
   choice (a kernel that redistributes onto it, RDK's, is exercised at every position);
 * "one-vocabulary": one tokenizer, the draft's head 96 rows wider;
-* "repeats": the target alone (an algorithm that reads no draft, lookup) on a prompt that repeats itself, the
-  target steered to three of its ids at equal logits, so the context's runs are proposed at most positions and
-  accepted a third of the time.
+* "repeats": a prompt that repeats itself, target and draft steered to its three ids at equal logits, so the
+  context's runs are proposed at most positions (lookup, which reads no draft; lookup_slem, whose draft proposes
+  where the context has no run) and accepted a third of the time.
 An algorithm registered before collection joins the grid, the controls and the batched path without an edit here.
 """
 from __future__ import annotations
@@ -174,12 +174,14 @@ def _extends_case(target, tt, draft, dt, big=1000.0):
     return _steered(target, [i, c, u], big), tt, _steered(draft, [int(vocab.target_to_draft[i])], big), dt
 
 
-def _repeats_case(target, tt):
-    """The target alone, steered to the three ids REPEATS_PROMPT is made of (`▁a`, `▁b`, `▁c`) at equal logits: the
-    prompt's runs are proposed by a lookup at most positions, each proposed id accepted with probability 1/3."""
+def _repeats_case(target, tt, draft, dt):
+    """Target and draft steered to the three ids REPEATS_PROMPT is made of (`▁a`, `▁b`, `▁c`, in each vocabulary) at
+    equal logits: the prompt's runs are proposed by a lookup at most positions, and a draft's proposals where the
+    lookup has none, each proposed id accepted with probability 1/3. (An entry without a draft model is passed none.)"""
     rows = sorted(set(tt(REPEATS_PROMPT, add_special_tokens=False).input_ids))
-    assert len(rows) == 3, rows
-    return _steered(target, rows), tt, None, None
+    d_rows = sorted(set(dt(REPEATS_PROMPT, add_special_tokens=False).input_ids))
+    assert len(rows) == len(d_rows) == 3, (rows, d_rows)
+    return _steered(target, rows), tt, _steered(draft, d_rows), dt
 
 
 @pytest.fixture(scope="module")
@@ -195,7 +197,7 @@ def cases():
             out["control"] = (base, tt, strong, dt)
             out["psi"] = _psi_case(base, tt, mirror_model(base, tt, dt), dt)
             out["extends"] = _extends_case(base, tt, mirror_model(base, tt, dt), dt)
-            out["repeats"] = _repeats_case(base, tt)
+            out["repeats"] = _repeats_case(base, tt, mirror_model(base, tt, dt), dt)
     for name, d_extra, t_extra in SD_CASES:
         tok = xvocab.zoo.tokenizer(name)
         base = xvocab.zoo.tiny_model(tok, seed=1)

@@ -7,7 +7,7 @@ import collections
 
 import pytest
 import torch
-from _support import CROSS, mirrored_pairs
+from _support import CROSS, drafting, mirrored_pairs
 from scipy.stats import chisquare
 
 import xvocab
@@ -185,29 +185,33 @@ def test_greedy_pairs_exercise_acceptance(tiny_pairs):
         assert out.stats.tau > 1.5, alg
 
 
-MODEL_FREE = algorithms.names(proposing=True, drafting=False)  # proposals from the target's own context (lookup)
 REPEATING = ["a b c a b c a b", "for i in range(n):\n    x = f(i)\nfor j in range(n):\n    y = f("]
+# Every proposing entry over two vocabularies or none; in the default tier those whose control shows on "repeats"
+# (the lookups: their proposals come from the context), the rest slow.
+ON_REPEATS = [pytest.param(a, marks=() if algorithms.get(a).control_case == "repeats" else pytest.mark.slow)
+              for a in algorithms.names(proposing=True) if not algorithms.get(a).one_vocabulary]
 
 
 def _greedy_rows(tiny_pairs, alg: str, cases=None) -> dict:
-    """{(pair, prompt): (ar's ids, alg's ids, alg's Stats)} over the first four pairs' targets and PROMPTS and
-    REPEATING (or only `cases`), 32 tokens each."""
+    """{(pair, prompt): (ar's ids, alg's ids, alg's Stats)} over the first four pairs and PROMPTS and REPEATING (or
+    only `cases`), 32 tokens each."""
     rows = {}
     for pair in PAIRS[:4]:
-        target, tt, _, _ = tiny_pairs[pair]
+        target, tt, draft, dt = tiny_pairs[pair]
         for prompt in PROMPTS + REPEATING:
             if cases is None or (pair, prompt) in cases:
                 ref = generate(prompt, target=target, target_tokenizer=tt, algorithm="ar", max_new_tokens=32)
-                out = generate(prompt, target=target, target_tokenizer=tt, algorithm=alg, k=4, max_new_tokens=32)
+                out = generate(prompt, target=target, target_tokenizer=tt, algorithm=alg, k=4, max_new_tokens=32,
+                               **drafting(alg, draft, dt))
                 rows[pair, prompt] = (ref.token_ids, out.token_ids, out.stats)
     return rows
 
 
-@pytest.mark.parametrize("alg", MODEL_FREE)
-def test_greedy_equals_ar_without_a_draft_model(tiny_pairs, alg, monkeypatch):
-    """An algorithm that reads no draft (its proposals from the context): every greedy row equals ar, with proposals
-    both accepted and rejected on the way. Control: a greedy verifier that accepts every proposal changes a row
-    (rerun where proposals were rejected)."""
+@pytest.mark.parametrize("alg", ON_REPEATS)
+def test_greedy_equals_ar_on_text_that_repeats_itself(tiny_pairs, alg, monkeypatch):
+    """Prompts whose runs recur (what a lookup proposes from) besides the usual ones: every greedy row equals ar,
+    with proposals both accepted and rejected on the way. Control: a greedy verifier that accepts every proposal
+    changes a row (rerun where proposals were rejected)."""
     rows = _greedy_rows(tiny_pairs, alg)
     assert all(ref == out for ref, out, _ in rows.values())
     proposed = sum(sum(s.proposed) for _, _, s in rows.values())
@@ -578,6 +582,30 @@ def test_lookups_search_matches_its_reference():
         assert find_run(ids, k, max_n=2, min_n=1) == reference_find_run(ids, k, max_n=2, min_n=1), (ids, k)
         differs += find_run(ids, k) != _earliest_run(ids, k)
     assert differs > 100
+
+
+def test_lookups_index_answers_as_its_search_while_ids_grow_and_rewind():
+    """A row's ContextIndex (each id indexed once as it arrives) equals find_match at every step of random growth,
+    with rewinds (a stream cut and rewritten) among them; control: an index that never rebuilds is told apart."""
+    from xvocab.algorithms.lookup import ContextIndex, find_match
+
+    class NeverRebuilds(ContextIndex):
+        def match(self, ids, k):
+            self.ids = ids[:len(self.ids)]  # trusts that the ids it indexed are still there
+            return super().match(ids, k)
+
+    rng = torch.Generator().manual_seed(1)
+    stale = 0
+    for _ in range(400):
+        index, control, ids = ContextIndex(), NeverRebuilds(), []
+        for _ in range(12):
+            if ids and float(torch.rand((), generator=rng)) < 0.2:
+                ids = ids[:int(torch.randint(0, len(ids), (), generator=rng))]
+            ids = ids + torch.randint(0, 3, (int(torch.randint(0, 5, (), generator=rng)),), generator=rng).tolist()
+            k = int(torch.randint(0, 6, (), generator=rng))
+            assert index.match(ids, k) == find_match(ids, k), (ids, k)
+            stale += control.match(ids, k) != find_match(ids, k)
+    assert stale > 0
 
 
 def _earliest_run(ids, k, max_n=4, min_n=2):

@@ -334,7 +334,7 @@ def test_unloadable_dataset_says_which_work_offline(monkeypatch):
         raise ConnectionError("Couldn't reach 'cnn_dailymail' on the Hub (LocalEntryNotFoundError)")
 
     monkeypatch.setattr(hf_datasets, "load_dataset", no_hub)
-    with pytest.raises(ConfigError, match="humaneval, prose_summary, prose_qa, tiny"):
+    with pytest.raises(ConfigError, match="humaneval, code_edit, prose_summary, prose_qa, tiny"):
         datasets.load("cnn_dailymail", 2)
 
 
@@ -350,6 +350,24 @@ def test_offline_prose_stand_ins_follow_their_templates():
         document = r["prompt"].split("\n\nQuestion: ")[0]
         assert heading in document and 6000 < len(document) <= 12000 and r["prompt"].endswith("\nAnswer:")
     assert len({r["id"] for r in summary + qa}) == len(summary) + len(qa)
+
+
+def test_the_editing_set_holds_each_function_whole_and_asks_one_edit_of_it():
+    """code_edit: every HumanEval function, whole, in the prompt's code block, one of the four edits rotating, the
+    answer's block opened (its stop closes it); a renamed parameter is one the function has."""
+    from experiments import datasets
+    from xvocab import zoo
+
+    rows, problems = datasets.load("code_edit", None), zoo.dataset("humaneval")
+    assert len(rows) == len(problems) == len({r["id"] for r in rows})
+    for i, (row, problem) in enumerate(zip(rows, problems)):
+        function = row["prompt"].split("```python\n", 1)[1].split("```", 1)[0]
+        assert function.strip() == (problem["prompt"] + problem["canonical_solution"]).strip()
+        assert row["prompt"].endswith("Reply with the complete function only.\n\n```python\n")
+        assert row["edit"] in row["prompt"] and ("renamed" not in row["edit"] or f"`{row['edit'].split('`')[1]}`"
+                                                 in row["prompt"] and row["edit"].split("`")[1] in function)
+    assert len({r["edit"].split("`")[0] for r in rows}) == len(datasets.EDITS)
+    assert datasets.STOPS["code_edit"] == ("\n```",)
 
 
 def test_humaneval_check_executes_completions():

@@ -27,6 +27,7 @@ from xvocab.checks.lossless import (  # noqa: E402
     exact_distribution,
 )
 from xvocab.vllm import repairs  # noqa: E402
+from xvocab.vllm.settings import served  # noqa: E402
 from xvocab.zoo.tiny import servable_pair  # noqa: E402
 
 vllm = pytest.importorskip("vllm")
@@ -85,11 +86,15 @@ def greedy(llm, prompts):
     return [list(o.outputs[0].token_ids) for o in llm.generate(prompts, params, use_tqdm=False)]
 
 
-@pytest.mark.parametrize("algorithm, pair", [("slem", PAIRS[0]), ("tli", PAIRS[0]),
+REPEATING = ["for i in range(n):\n    x = f(i)\nfor j in range(n):\n    y = f(", "a b c a b c a b"]  # (lookup's runs)
+
+
+@pytest.mark.parametrize("algorithm, pair", [*((a, PAIRS[0]) for a in served()),
                                              pytest.param("slem", PAIRS[1], marks=pytest.mark.slow)],
                          ids=lambda x: x if isinstance(x, str) else f"{x[0]}<-{x[1]}")
 def test_greedy_output_equals_vllms_own_ar_and_the_draft_is_accepted(pairs, engines, algorithm, pair):
-    prompts = token_prompts(pairs[pair][0], PROMPTS)
+    """Every algorithm xvocab serves in vLLM (the registry's in_vllm entries)."""
+    prompts = token_prompts(pairs[pair][0], PROMPTS + REPEATING)
     want = greedy(engines(pair, "ar"), prompts)
     llm = engines(pair, algorithm)
     before = stats(llm)

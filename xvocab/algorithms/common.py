@@ -60,6 +60,8 @@ class DraftContext:
     draft_confidence: float = 0.0  # stop drafting after a token the draft gives less than this probability
     align_seconds: float = 0.0
     tape: NoiseTape | None = None  # coupling="gumbel": the noise the target samples with (xvocab.verification.coupling)
+    memo: dict = field(default_factory=dict)  # what a drafter keeps for its row across rounds, under its module's
+    #                                          name (lookup's index of the context); never read by verification
 
     def confident(self, logits: torch.Tensor, d: int) -> bool:
         """Whether to keep drafting after id d: its probability under the draft softmax of `logits` (as
@@ -118,6 +120,7 @@ class DraftContext:
 class Proposal:
     ids: list[int]                      # [n] target-vocabulary ids
     probs: torch.Tensor | None = None   # [n, V_target] distribution each id was drawn from; None: exact match
+    from_context: int = 0               # how many of the last ids were looked up in the context, not drafted
 
     @staticmethod
     def of(ids: list[int], rows: list[torch.Tensor]) -> "Proposal":
@@ -129,7 +132,8 @@ class Proposal:
         distribution was conditioned only on the ids before it)."""
         if len(self.ids) <= n:
             return self
-        return Proposal(self.ids[:n], None if self.probs is None else self.probs[:n])
+        return Proposal(self.ids[:n], None if self.probs is None else self.probs[:n],
+                        max(0, self.from_context - (len(self.ids) - n)))
 
 
 VERIFICATIONS = ("exact", "rejection")  # exact match (no q: the target's own choice decides) | rejection against q

@@ -12,8 +12,9 @@ Example: committed "... fib(n - 1) + fib(n" with the prompt holding "return fib(
 Lossless: the proposal is a deterministic function of the committed ids (a point proposal), verified by exact
 match: the target's argmax (greedy) or its own draw at each position (sampling), kept while it equals the proposal,
 then one token of its own. Every emitted token is the target's own choice, as with SLEM.
-Cost: one vectorized search over the context per round, O(context x MAX_N) compares and no forward;
-`reference_find_run` is the plain loop `find_run` equals (tests/test_exactness.py).
+Cost: no forward; a row's ContextIndex indexes each id once as it arrives and answers a round in O(MAX_N) dict
+lookups. `find_match` (one vectorized search over the whole context) and `reference_find_run` (the plain loop) are
+what it is tested against (tests/test_exactness.py).
 """
 from __future__ import annotations
 
@@ -25,19 +26,24 @@ MAX_N = 4  # the longest suffix looked up (ids)
 MIN_N = 2  # the shortest: a single id recurs too often in code for its run to pay a verification
 
 
-def find_run(ids: list[int], k: int, max_n: int = MAX_N, min_n: int = MIN_N) -> list[int]:
-    """The up to k ids after the most recent earlier occurrence of the longest suffix of `ids` of n ids,
-    max_n >= n >= min_n, that occurs earlier; [] if none does."""
+def find_match(ids: list[int], k: int, max_n: int = MAX_N, min_n: int = MIN_N) -> tuple[int, list[int]]:
+    """(n, run): the longest suffix of `ids` of n ids, max_n >= n >= min_n, that occurs earlier, and the up to k ids
+    after its most recent earlier occurrence; (0, []) if none does."""
     if k <= 0 or len(ids) <= min_n:
-        return []
+        return 0, []
     a = torch.as_tensor(ids)                              # [L]
     for n in range(min(max_n, len(ids) - 1), min_n - 1, -1):
         windows = a[:-1].unfold(0, n, 1)                  # [L - n, n]: row j is ids[j:j + n], an id follows it
         hits = (windows == a[-n:]).all(1).nonzero()       # [m, 1]: starts of earlier occurrences
         if len(hits):
             after = int(hits[-1]) + n
-            return list(ids[after:after + k])
-    return []
+            return n, list(ids[after:after + k])
+    return 0, []
+
+
+def find_run(ids: list[int], k: int, max_n: int = MAX_N, min_n: int = MIN_N) -> list[int]:
+    """The run `find_match` proposes: what followed the latest earlier occurrence of the longest recurring suffix."""
+    return find_match(ids, k, max_n, min_n)[1]
 
 
 def reference_find_run(ids: list[int], k: int, max_n: int = MAX_N, min_n: int = MIN_N) -> list[int]:
@@ -50,8 +56,45 @@ def reference_find_run(ids: list[int], k: int, max_n: int = MAX_N, min_n: int = 
     return []
 
 
+class ContextIndex:
+    """`find_match` kept up to date as a row's ids grow: where each n-gram (MIN_N <= n <= MAX_N) last occurred with
+    an id after it. Each call indexes only the ids appended since the last one (O(new ids x MAX_N)) and answers in
+    O(MAX_N) lookups, so a round's cost does not grow with the context (a server's requests run to thousands of
+    ids); ids that changed behind it (a rewound stream) rebuild it. Invariant: match(ids, k) == find_match(ids, k)."""
+
+    def __init__(self, max_n: int = MAX_N, min_n: int = MIN_N):
+        self.max_n, self.min_n = max_n, min_n
+        self.ids: list[int] = []
+        self.after: dict[tuple[int, ...], int] = {}  # n-gram -> the index of the id after its latest occurrence
+
+    def match(self, ids: list[int], k: int) -> tuple[int, list[int]]:
+        if len(ids) < len(self.ids) or ids[:len(self.ids)] != self.ids:  # (a C-speed compare; rebuilds are rare)
+            self.ids, self.after = [], {}
+        for a in range(max(len(self.ids), 1), len(ids)):  # ids[a] now follows the n-grams ending before it
+            for n in range(self.min_n, min(self.max_n, a) + 1):
+                self.after[tuple(ids[a - n:a])] = a
+        self.ids = list(ids)
+        if k <= 0:
+            return 0, []
+        for n in range(min(self.max_n, len(ids) - 1), self.min_n - 1, -1):
+            a = self.after.get(tuple(ids[len(ids) - n:]))
+            if a is not None:
+                return n, list(ids[a:a + k])
+        return 0, []
+
+
+def context_match(ctx: DraftContext, k: int) -> tuple[int, list[int]]:
+    """`find_match` over the row's target ids (prompt and committed continuation), through the row's ContextIndex
+    (kept in ctx.memo across its rounds)."""
+    index = ctx.memo.get(__name__)
+    if index is None:
+        index = ctx.memo[__name__] = ContextIndex()
+    return index.match(ctx.target.full(), k)
+
+
 def draft(ctx: DraftContext, k: int) -> Proposal:
-    return Proposal(find_run(ctx.target.full(), k), None)
+    _, run = context_match(ctx, k)
+    return Proposal(run, None, from_context=len(run))
 
 
 ALGORITHM = Algorithm("lookup", draft, verification="exact", uses_draft=False,

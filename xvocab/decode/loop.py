@@ -164,7 +164,8 @@ def decode(prompts: list[str], *, target, target_tokenizer, draft, draft_tokeniz
             n_acc, nxt = rounds.verify_proposal(logits[r.slot], proposal, params, r.generator, r.ctx.tape,
                                                 position=len(r.out))
             accepted.append((len(proposal.ids), n_acc))
-            r.stats.record_step(len(proposal.ids), n_acc, first_token=not r.out, now=now - r.start)
+            r.stats.record_step(len(proposal.ids), n_acc, first_token=not r.out, now=now - r.start,
+                                from_context=proposal.from_context)
             new, finished = commit(r.out, proposal.ids[:n_acc] + [nxt], max_new_tokens=max_new_tokens,
                                    stop=end_rule, t_side=r.t_side, d_side=r.d_side, ctx=r.ctx,
                                    same_vocab=pair.same_vocab, drafting=r.drafting)

@@ -26,10 +26,16 @@ class Stats:
     wall_seconds: float = 0.0
     ttft_seconds: float = 0.0
     align_seconds: float = 0.0
+    context_proposed: int = 0      # proposed ids looked up in the context (lookup), not drafted
+    context_accepted: int = 0      # of those, accepted
 
-    def record_step(self, n_proposed: int, n_accepted: int, *, first_token: bool, now: float) -> None:
+    def record_step(self, n_proposed: int, n_accepted: int, *, first_token: bool, now: float,
+                    from_context: int = 0) -> None:
+        """One round: `n_proposed` ids proposed, the last `from_context` of them looked up; `n_accepted` kept."""
         self.proposed.append(n_proposed)
         self.accepted.append(n_accepted)
+        self.context_proposed += from_context
+        self.context_accepted += max(0, n_accepted - (n_proposed - from_context))
         if first_token:
             self.ttft_seconds = now
 
@@ -81,4 +87,5 @@ class Stats:
                 "proposed_per_step": self.proposed,
                 "wall_seconds": self.wall_seconds, "ttft_seconds": self.ttft_seconds,
                 "tpot_seconds": self.tpot_seconds, "tokens_per_second": self.tokens_per_second,
-                "align_seconds": self.align_seconds}
+                "align_seconds": self.align_seconds, "context_proposed": self.context_proposed,
+                "context_accepted": self.context_accepted}
