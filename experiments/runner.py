@@ -96,9 +96,10 @@ def stop_strings(cfg: dict) -> list[str]:
 
 def point(cfg: dict, algorithm: str) -> dict:
     """The config fields that determine a record's output and timing (hashed to key records)."""
-    ar = not drafts(algorithm)
+    ar = not drafts(algorithm)  # no draft model: no draft fields (ar, lookup)
+    proposes = algorithms.get(algorithm).proposes  # k counts its proposals (not ar's: 0)
     return {"target": cfg["pair"]["target"], "draft": None if ar else cfg["pair"]["draft"], "algorithm": algorithm,
-            "dataset": cfg["dataset"]["name"], "k": 0 if ar else cfg["k"], "temperature": cfg["temperature"],
+            "dataset": cfg["dataset"]["name"], "k": cfg["k"] if proposes else 0, "temperature": cfg["temperature"],
             "top_k": cfg["top_k"], "top_p": cfg["top_p"], "max_new_tokens": cfg["max_new_tokens"],
             "seed": cfg["seed"], "device": resolve_device(cfg["device"]), "dtype": cfg["dtype"], "threads": cfg["threads"],
             # The machine is part of the point: a sweep rerun elsewhere measures there instead of reusing records.
@@ -114,7 +115,7 @@ def point(cfg: dict, algorithm: str) -> dict:
             **({"cache": cfg["cache"]} if cfg.get("cache", "dynamic") != "dynamic" else {}),
             **({"stop": stops} if (stops := stop_strings(cfg)) else {}),
             **({"batch_size": cfg["batch_size"]} if cfg.get("batch_size", 1) != 1 else {}),
-            **({"policy": True} if cfg.get("policy") and not ar else {}),
+            **({"policy": True} if cfg.get("policy") and not ar else {}),  # (it measures a draft model)
             # CPU linears prepacked for oneDNN (xvocab.runtime.packed_linear); absent: the stock kernels of older
             # records.
             **({"kernels": "packed"} if packed_linear.applies(resolve_device(cfg["device"]), cfg["dtype"]) else {})}

@@ -51,9 +51,14 @@ def parse_variant(spec: str, options: dict = OPTIONS) -> dict:
             variant[key] = options[key](value)
         except ValueError:
             raise ConfigError(f"variant {spec!r}: {key}={value!r} is not {_KINDS[options[key]]}") from None
-    if algorithm == "ar" and set(variant) - {"name", "algorithm", "cache", "coupling"}:
-        raise ConfigError(f"variant {spec!r}: ar uses no draft; only cache= and coupling= apply to it")
+    if not xvocab.algorithms.get(algorithm).uses_draft and set(variant) - {"name", "algorithm", "cache", "coupling"}:
+        raise ConfigError(f"variant {spec!r}: {algorithm} reads no draft; only cache= and coupling= apply to it")
     return variant
+
+
+def _reads_draft(variant: dict) -> bool:
+    """Whether a variant's algorithm reads a draft model (its registry entry says: ar and lookup do not)."""
+    return xvocab.algorithms.get(variant["algorithm"]).uses_draft
 
 
 def variant_config(cfg: dict, variant: dict) -> dict:
@@ -91,7 +96,7 @@ def run_interleaved(cfg: dict, path: Path, *, point, generate, record, load_pair
           f"{len(rows) - len(todo)} of {len(rows)} prompts already in {path}")
     if not todo:
         return path
-    models = [load_pair(c["pair"]["target"], None if v["algorithm"] == "ar" else c["pair"]["draft"], c["dtype"], device,
+    models = [load_pair(c["pair"]["target"], c["pair"]["draft"] if _reads_draft(v) else None, c["dtype"], device,
                         c["pair"]["device_map"]) for c, v in zip(cfgs, variants)]
     for c, v, m in zip(cfgs, variants, models):  # untimed: first-call allocations and kernel selection
         generate(rows[0], 0, {**c, "max_new_tokens": min(8, c["max_new_tokens"])}, v["algorithm"], m)

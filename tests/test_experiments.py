@@ -538,28 +538,28 @@ def test_variants_run_interleaved_write_sweep_records_and_resume(tmp_path):
     report reads them as a sweep's."""
     from experiments import variants
 
-    cfg = _cfg(tmp_path) | {"variants": ["slem", "tli k=2", "slrs"]}
+    cfg = _cfg(tmp_path) | {"variants": ["slem", "tli k=2", "slrs", "lookup"]}  # (lookup: no draft model read)
     cfg.pop("hydra", None)
     path = run.run(cfg)
     recs = records.read(path)
-    assert len(recs) == 8 and all(r["schedule"] == "interleaved" for r in recs)  # ar added first: 4 x 2 prompts
+    assert len(recs) == 10 and all(r["schedule"] == "interleaved" for r in recs)  # ar added first: 5 x 2 prompts
     by_point = {(r["config"]["algorithm"], r["config"]["k"], r["prompt_id"]): r for r in recs}
-    for (algorithm, k) in (("slem", 4), ("tli", 2), ("slrs", 4)):
+    for (algorithm, k) in (("slem", 4), ("tli", 2), ("slrs", 4), ("lookup", 4)):
         alone = run.run(_cfg(tmp_path / algorithm, algorithm) | {"k": k, "check_ar": False})
         for r in records.read(alone):
             twin = by_point[algorithm, k, r["prompt_id"]]
             assert twin["config_hash"] == r["config_hash"] and twin["token_ids"] == r["token_ids"]
     # the rotation: prompt 1 starts with the second variant
     order = [(r["prompt_id"], r["config"]["algorithm"]) for r in recs]
-    assert [a for p, a in order if p == "tiny/0"] == ["ar", "slem", "tli", "slrs"]
-    assert [a for p, a in order if p == "tiny/1"] == ["slem", "tli", "slrs", "ar"]
+    assert [a for p, a in order if p == "tiny/0"] == ["ar", "slem", "tli", "slrs", "lookup"]
+    assert [a for p, a in order if p == "tiny/1"] == ["slem", "tli", "slrs", "lookup", "ar"]
     lines = path.read_bytes().splitlines(keepends=True)
     path.write_bytes(b"".join(lines[:5]) + lines[5][:10])  # killed while writing the 6th
     run.run(cfg)
     again = records.read(path)
     assert sorted((r["config_hash"], r["prompt_id"]) for r in again) == sorted((r["config_hash"], r["prompt_id"]) for r in recs)
     rows = {r["algorithm"]: r for r in report.main([str(tmp_path)])}
-    assert rows["ar"]["speedup"] == 1.0 and all(rows[a]["equals_ar"] == 1.0 for a in ("slem", "tli", "slrs"))
+    assert rows["ar"]["speedup"] == 1.0 and all(rows[a]["equals_ar"] == 1.0 for a in ("slem", "tli", "slrs", "lookup"))
     assert (tmp_path / "speedup.png").stat().st_size > 0
     with pytest.raises(ConfigError, match="same sweep point"):
         run.run(cfg | {"variants": ["slem", "slem k=4"]})
