@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -210,6 +211,12 @@ def run(args) -> None:
             log.close()
 
 
+def exit_on_sigterm() -> None:
+    """Make SIGTERM (a `kill`, a job scheduler's stop) raise SystemExit, so the `finally` that stops the variant's
+    server runs: by default Python dies without unwinding, and the server (a session of its own) kept running."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
 def _read(stats_file: Path) -> dict | None:
     try:
         return json.loads(stats_file.read_text())
@@ -322,6 +329,7 @@ def main(argv=None) -> None:
     parser.add_argument("--out", default="runs/vllm_serve_load")
     parser.add_argument("--report", metavar="DIR", help="write the report and figure of DIR's records, then exit")
     args = parser.parse_args(argv)
+    exit_on_sigterm()
     if args.report:
         return report(Path(args.report))
     for spec in args.variants:

@@ -707,3 +707,45 @@ def test_the_sampling_sweep_passes_and_fails_when_tli_forgets_to_renormalize(mon
     patch_drafter(monkeypatch, "tli", algorithms.get("tli").control_draft)
     assert lossless_sweep.main(args) == 1
     assert "FAIL ('mistral-v1', 'mpt', 'tli', 'native', 'T1-top_k3'" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("handler", [True, False])
+def test_a_killed_serve_load_run_stops_its_server(tmp_path, handler):
+    """experiments.vllm_serve_load stops each variant's server in a `finally`; SIGTERM must unwind to it. A stand-in
+    run starts a child in a session of its own (as the server is started) and is killed; with the handler the child
+    is gone, without it (the control) the child outlives the run."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pid_file = tmp_path / "child.pid"
+    script = f"""
+import os, subprocess, sys, time
+from experiments import vllm_serve_load
+if {handler}:
+    vllm_serve_load.exit_on_sigterm()
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+open({str(pid_file)!r}, "w").write(str(child.pid))
+try:
+    time.sleep(60)
+finally:
+    os.killpg(child.pid, 15)
+"""
+    run = subprocess.Popen([sys.executable, "-c", script], cwd=Path(__file__).resolve().parents[1])
+    for _ in range(200):
+        if pid_file.exists() and pid_file.read_text():
+            break
+        time.sleep(0.05)
+    child = int(pid_file.read_text())
+    run.send_signal(signal.SIGTERM)
+    run.wait(30)
+    time.sleep(0.3)
+    try:  # a zombie (killed, not yet reaped by whoever adopted it) counts as stopped
+        alive = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        alive = False
+    if alive:
+        os.killpg(child, 9)
+    assert alive is (not handler)
