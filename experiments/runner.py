@@ -75,9 +75,7 @@ def drafts(algorithm: str) -> bool:
     return algorithms.get(algorithm).uses_draft
 
 
-def draft_kwargs(algorithm: str, draft, draft_tokenizer) -> dict:
-    """generate()'s draft arguments for `algorithm`: none for one that reads no draft (it refuses a draft)."""
-    return {"draft": draft, "draft_tokenizer": draft_tokenizer} if drafts(algorithm) else {}
+draft_kwargs = algorithms.draft_arguments  # generate()'s draft arguments for an algorithm (none where it reads none)
 
 
 def stop_strings(cfg: dict) -> list[str]:

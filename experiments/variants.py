@@ -56,11 +56,6 @@ def parse_variant(spec: str, options: dict = OPTIONS) -> dict:
     return variant
 
 
-def _reads_draft(variant: dict) -> bool:
-    """Whether a variant's algorithm reads a draft model (its registry entry says: ar and lookup do not)."""
-    return xvocab.algorithms.get(variant["algorithm"]).uses_draft
-
-
 def variant_config(cfg: dict, variant: dict) -> dict:
     """The run config of one variant: the run's, with the variant's algorithm, draft and options."""
     out = dict(cfg, algorithm={**cfg["algorithm"], "name": variant["algorithm"]}, variants=None)
@@ -96,8 +91,8 @@ def run_interleaved(cfg: dict, path: Path, *, point, generate, record, load_pair
           f"{len(rows) - len(todo)} of {len(rows)} prompts already in {path}")
     if not todo:
         return path
-    models = [load_pair(c["pair"]["target"], c["pair"]["draft"] if _reads_draft(v) else None, c["dtype"], device,
-                        c["pair"]["device_map"]) for c, v in zip(cfgs, variants)]
+    models = [load_pair(c["pair"]["target"], c["pair"]["draft"] if xvocab.algorithms.get(v["algorithm"]).uses_draft
+                        else None, c["dtype"], device, c["pair"]["device_map"]) for c, v in zip(cfgs, variants)]
     for c, v, m in zip(cfgs, variants, models):  # untimed: first-call allocations and kernel selection
         generate(rows[0], 0, {**c, "max_new_tokens": min(8, c["max_new_tokens"])}, v["algorithm"], m)
     bar = tqdm(total=sum((key, row["id"]) not in done for _, row in todo for key in keys), unit="decode",

@@ -24,9 +24,7 @@ def patch_drafter(monkeypatch, name: str, draft) -> None:
     monkeypatch.setitem(algorithms.REGISTRY, name, dataclasses.replace(algorithms.get(name), draft=draft))
 
 
-def drafting(algorithm: str, draft, draft_tokenizer) -> dict:
-    """generate()'s draft arguments for `algorithm`: none for ar, which refuses a draft it would not use."""
-    return {"draft": draft, "draft_tokenizer": draft_tokenizer} if algorithms.get(algorithm).uses_draft else {}
+drafting = algorithms.draft_arguments  # generate()'s draft arguments for an algorithm (none for ar and lookup)
 
 
 def mirrored_pairs(pairs, seed=1) -> dict:

@@ -55,6 +55,12 @@ def get(name: str) -> Algorithm:
         raise ConfigError(f"unknown algorithm {name!r}; choose one of {', '.join(REGISTRY)}") from None
 
 
+def draft_arguments(name: str, draft, draft_tokenizer) -> dict:
+    """xvocab.generate's draft arguments for algorithm `name`: none for an entry that reads no draft model (ar and
+    lookup refuse one)."""
+    return {"draft": draft, "draft_tokenizer": draft_tokenizer} if get(name).uses_draft else {}
+
+
 def names(*, drafting: bool | None = None, proposing: bool | None = None, verification: str | None = None,
           couples: bool | None = None, cross_vocabulary: bool | None = None,
           in_vllm: bool | None = None) -> tuple[str, ...]:
@@ -88,6 +94,7 @@ def load_plugins(spec: str | None = None) -> tuple[str, ...]:
     return paths
 
 
-__all__ = ["REGISTRY", "Algorithm", "DraftContext", "Proposal", "get", "load_plugins", "names", "register"]
+__all__ = ["REGISTRY", "Algorithm", "DraftContext", "Proposal", "draft_arguments", "get", "load_plugins", "names",
+           "register"]
 
 load_plugins()

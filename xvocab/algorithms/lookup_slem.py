@@ -2,9 +2,9 @@
 continuation, SLEM's draft where it does not, and the context's run finishing a draft that stopped short.
 
 Per round, at most k target ids:
-  1. lookup (xvocab.algorithms.lookup, the row's index of its context) over the target's ids: if their last TRUST_N or more ids occurred
-     before, the run that followed is proposed and no draft forward runs this round (a long match is a strong
-     prediction: an edit keeping a function, a summary quoting a line);
+  1. lookup (xvocab.algorithms.lookup, the row's index of its context) over the target's ids: if their last
+     TRUST_N or more ids occurred before, the run that followed is proposed and no draft forward runs this round
+     (a long match is a strong prediction: an edit keeping a function, a summary quoting a line);
   2. otherwise SLEM drafts as in its own file (the draft's text re-tokenized for the target);
   3. if that proposal is shorter than k (the draft stopped on low confidence, or its text re-tokenized into fewer
      target ids) and does not end in EOS, lookup over the target's ids followed by the proposal fills the rest

@@ -68,18 +68,18 @@ def sampled_counts(models, algorithm: str, params: SamplingParams, *, prompt: st
                    tokens: int = TOKENS, batch: int = 0, policy=None, taus: list | None = None,
                    **extra) -> collections.Counter:
     """Counts of n sequences of `tokens` tokens sampled from `models` = (target, its tokenizer, draft, its
-    tokenizer; the draft passed only to an algorithm that reads one) by `algorithm`: one `generate` call per seed 0..n-1, or with batch > 0 through `generate_batch`
-    in batches of that many rows (row i of a batch seeded seed + i: the same seeds), with a fresh `policy()` per
-    batch if given. `taus`, if given, receives each sequence's tau (how often the draft was accepted)."""
+    tokenizer; the draft passed only to an algorithm that reads one) by `algorithm`: one `generate` call per seed
+    0..n-1, or with batch > 0 through `generate_batch` in batches of that many rows (row i of a batch seeded seed + i:
+    the same seeds), with a fresh `policy()` per batch if given. `taus`, if given, receives each sequence's tau (how
+    often the draft was accepted)."""
+    from xvocab.algorithms import draft_arguments
     from xvocab.decode.batch import generate_batch
     from xvocab.decode.engine import generate
 
-    from xvocab import algorithms
-
     target, tt, draft, dt = models
-    drafts = {"draft": draft, "draft_tokenizer": dt} if algorithms.get(algorithm).uses_draft else {}  # (lookup: none)
     kw = dict(target=target, target_tokenizer=tt, algorithm=algorithm, k=k, max_new_tokens=tokens,
-              temperature=params.temperature, top_k=params.top_k, top_p=params.top_p, **drafts, **extra)
+              temperature=params.temperature, top_k=params.top_k, top_p=params.top_p,
+              **draft_arguments(algorithm, draft, dt), **extra)
     if batch:
         outs = [out for start in range(0, n, batch)
                 for out in generate_batch([prompt] * min(batch, n - start), seed=start,
