@@ -25,6 +25,12 @@ VLLM_ENV := LD_PRELOAD=$(CURDIR)/.venv-vllm/lib/libiomp5.so XVOCAB_REQUIRE_VLLM=
 
 vllm-setup: .venv-vllm/done
 
+# vLLM's suffix decoding (the `suffix` baseline of experiments.vllm_bench and vllm_serve_load) needs arctic-inference,
+# a source package: its suffix tree builds here with cmake and a C++20 compiler (about a minute). Its vLLM plugin
+# stays off unless ARCTIC_INFERENCE_ENABLED is set. No test needs it.
+vllm-suffix: vllm-setup
+	.venv-vllm/bin/pip install --quiet --no-deps arctic-inference==0.3.0
+
 # Measures here, into runs/main (git-ignored, resumable), and prints the committed reference beside it.
 demo: setup
 	$(PY) -m experiments.run +experiment=main
@@ -58,4 +64,4 @@ test-slow: setup vllm-setup
 gpu-carry: setup
 	$(PY) -m experiments.gpu_carry
 
-.PHONY: setup vllm-setup demo test test-vllm test-slow gpu-carry
+.PHONY: setup vllm-setup vllm-suffix demo test test-vllm test-slow gpu-carry

@@ -19,14 +19,18 @@ Variants (`--variants`; DRAFT a zoo name, drafter name or directory):
     ar                   vLLM alone (the baseline of every ratio)
     vllm-tli:DRAFT       vLLM's own cross-vocabulary drafting (draft_model, use_heterogeneous_vocab)
     sd:DRAFT             vLLM's draft_model with a same-family draft
-    slem:DRAFT, tli:DRAFT  vLLM with xvocab's proposer (xvocab.vllm)
-    xvocab-ar, xvocab-slem:DRAFT, xvocab-tli:DRAFT   xvocab's own loop (xvocab.generate)
-A drafting variant takes options after commas: `slem:smollm2-135m,k=3,draft_kernels=torch` (k: its draft length,
-else --k; slem/tli: any xvocab.vllm.settings key).
+    ngram, suffix        vLLM's prompt lookup and suffix decoding, no draft model (experiments.vllm_methods)
+    slem:DRAFT, tli:DRAFT, lookup_slem:DRAFT   vLLM with xvocab's proposer (xvocab.vllm; any served algorithm)
+    xvocab-ar, xvocab-NAME[:DRAFT]   xvocab's own loop (xvocab.generate), any registered algorithm
+A proposing variant takes options after commas: `slem:smollm2-135m,k=3,draft_kernels=torch` (k: its draft length,
+else --k; xvocab's proposer: any xvocab.vllm.settings key).
+
+Prompts (`--dataset`): HumanEval (the default), code_edit or prose_summary (experiments.datasets), each with its
+standard stop strings; each dataset is a run of its own, reported on its own.
 
 Columns: tokens/s (the prompt's tokens over its wall time), TTFT, tau (emitted tokens per target forward; vLLM's
-own methods: tokens / (1 + drafts), their draft proposing at every step after the prefill, drafts from vLLM's
-spec_decode counters; xvocab's proposer: the forwards it saw; xvocab's loop: Stats.tau), acceptance per position
+own methods: tokens over the engine steps vLLM counted (its iteration histogram; one request at a time, a step is
+one target forward); xvocab's proposer: the forwards it saw; xvocab's loop: Stats.tau), acceptance per position
 (accepted at position i over drafts, vLLM's definition, for every variant; SLEM in xvocab's own loop may propose
 more target tokens than k), equal / tie / differs against ar of the same engine (xvocab.checks.ties' bfloat16
 rule), and for xvocab's proposer the cost outside the draft's forwards per proposed token.
@@ -47,13 +51,28 @@ from dataclasses import fields
 from pathlib import Path
 
 from experiments import sidebyside
+from experiments.vllm_methods import OWN as VLLM_OWN
+from experiments.vllm_methods import TAKES_DRAFT, speculative_config
+from xvocab import algorithms
 from xvocab.vllm.settings import served
 
 DEFAULT_VARIANTS = ("ar", "vllm-tli:smollm2-135m", "slem:smollm2-135m", "tli:smollm2-135m", "slem:gemma-3-270m",
                     "slem:qwen2.5-coder-1.5b-drafter-deepseek-coder-aligned-v4", "sd:qwen2.5-coder-0.5b",
                     "xvocab-ar", "xvocab-slem:smollm2-135m")
-XVOCAB_LOOP = ("xvocab-ar", "xvocab-slem", "xvocab-tli")
-VLLM_OWN = ("vllm-tli", "sd")
+DATASETS = ("humaneval", "code_edit", "prose_summary")  # offline, each with its stop strings (experiments.datasets)
+
+
+def _loop_kinds() -> tuple[str, ...]:
+    """xvocab's own loop: `xvocab-` and any registered algorithm's name, read when used."""
+    return tuple(f"xvocab-{name}" for name in algorithms.names())
+
+
+def _takes_draft(kind: str) -> bool:
+    if kind in VLLM_OWN:
+        return TAKES_DRAFT[kind]
+    if kind in _loop_kinds():
+        return algorithms.get(kind.removeprefix("xvocab-")).uses_draft
+    return kind in served()
 
 
 def parse(spec: str) -> tuple[str, str | None, dict]:
@@ -63,13 +82,14 @@ def parse(spec: str) -> tuple[str, str | None, dict]:
 
     head, *pairs = spec.split(",")
     kind, _, draft = head.partition(":")
-    known = ("ar",) + VLLM_OWN + served() + XVOCAB_LOOP
+    known = ("ar",) + VLLM_OWN + served() + _loop_kinds()
     if kind not in known:
         raise SystemExit(f"variant {spec!r}: kind {kind!r} is none of {', '.join(known)}")
-    if (kind in ("ar", "xvocab-ar")) != (not draft):
-        raise SystemExit(f"variant {spec!r}: {'ar takes no draft' if draft else 'name a draft: KIND:DRAFT'}")
-    allowed = ({"k"} if draft else set()) | ({f.name for f in fields(Settings)} - {"draft", "algorithm"} if kind in served()
-                                             else set())
+    if _takes_draft(kind) != bool(draft):
+        raise SystemExit(f"variant {spec!r}: {f'{kind} takes no draft' if draft else 'name a draft: KIND:DRAFT'}")
+    proposes = kind not in ("ar", "xvocab-ar")
+    allowed = ({"k"} if proposes else set()) | ({f.name for f in fields(Settings)} - {"draft", "algorithm"}
+                                                if kind in served() else set())
     options = {}
     for pair in pairs:
         key, eq, value = pair.partition("=")
@@ -98,12 +118,13 @@ def _engine(spec: str, args) -> tuple:
     import torch
 
     import xvocab
-    from experiments.humaneval import STOP
+    from experiments.datasets import STOPS
     from xvocab.zoo.serving import serving_dir
 
     kind, draft, options = parse(spec)
     k = options.pop("k", args.k)
-    if kind in XVOCAB_LOOP:
+    stop = list(STOPS.get(args.dataset, ()))
+    if kind in _loop_kinds():
         torch.set_num_threads(args.threads)
         target, tt = xvocab.zoo.model(args.target, dtype=args.dtype, device="cpu")
         d_model, dt = xvocab.zoo.model(draft, dtype=args.dtype, device="cpu") if draft else (None, None)
@@ -113,11 +134,12 @@ def _engine(spec: str, args) -> tuple:
             kw = dict(draft=d_model, draft_tokenizer=dt) if d_model is not None else {}
             start = time.perf_counter()
             out = xvocab.generate(text, target=target, target_tokenizer=tt, algorithm=algorithm, k=k,
-                                  max_new_tokens=args.max_new_tokens, stop=list(STOP), **kw)
+                                  max_new_tokens=args.max_new_tokens, stop=stop or None, **kw)
             s = out.stats
             return dict(token_ids=out.token_ids, seconds=time.perf_counter() - start, ttft=s.ttft_seconds,
                         tau=s.tau, per_position=s.per_draft_acceptance, accepted_per_step=s.accepted,
-                        proposed_per_step=s.proposed)
+                        proposed_per_step=s.proposed, proposed=sum(s.proposed), context_proposed=s.context_proposed,
+                        context_accepted=s.context_accepted)
         return run
 
     import vllm
@@ -130,11 +152,9 @@ def _engine(spec: str, args) -> tuple:
     if kind in served():
         engine |= xvocab.vllm.engine_args(draft=draft, algorithm=kind, k=k, **options)
     elif kind in VLLM_OWN:
-        engine["speculative_config"] = {"method": "draft_model", "model": str(serving_dir(draft)),
-                                        "num_speculative_tokens": k,
-                                        "use_heterogeneous_vocab": kind == "vllm-tli"}
+        engine["speculative_config"] = speculative_config(kind, draft, k)
     llm = vllm.LLM(**engine)
-    params = vllm.SamplingParams(temperature=0.0, max_tokens=args.max_new_tokens, stop=list(STOP))
+    params = vllm.SamplingParams(temperature=0.0, max_tokens=args.max_new_tokens, stop=stop or None)
 
     def run(ids, text):
         before = spec_counts(llm) if kind in VLLM_OWN else None
@@ -146,12 +166,14 @@ def _engine(spec: str, args) -> tuple:
         metrics = getattr(out, "metrics", None)
         rec = dict(token_ids=tokens, seconds=seconds,
                    ttft=getattr(metrics, "first_token_latency", None) or None)
-        if kind in VLLM_OWN:  # its draft model proposes at every step after the prefill: forwards = 1 + drafts
+        if kind in VLLM_OWN:  # forwards: the engine steps vLLM counted (one request at a time: one forward each)
             rates = acceptance(before, spec_counts(llm), len(tokens))
             rec |= dict(tau=rates["tau"], per_position=rates["per_position"])
         elif kind in served():
             run_stats = xvocab.vllm.stats_delta(mine, llm.collective_rpc(xvocab.vllm.worker_stats)[0])
             rec |= dict(tau=len(tokens) / max(run_stats["forwards"], 1), per_position=run_stats["per_position"],
+                        proposed=run_stats["proposed_tokens"], context_proposed=run_stats.get("context_proposed"),
+                        context_accepted=run_stats.get("context_accepted"),
                         overhead_ms_per_token=run_stats["overhead_ms_per_proposed_token"],
                         draft_ms_per_forward=1e3 * run_stats["draft_seconds"] / max(run_stats["draft_forwards"], 1))
         else:
@@ -188,7 +210,9 @@ def main(argv=None) -> None:
     parser.add_argument("--target", default="qwen2.5-coder-1.5b")
     parser.add_argument("--variants", nargs="+", default=list(DEFAULT_VARIANTS))
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
-    parser.add_argument("--prompts", type=int, default=20, help="the first N HumanEval problems (never trained on)")
+    parser.add_argument("--dataset", default="humaneval", choices=DATASETS, help="the prompts, with their stop strings")
+    parser.add_argument("--prompts", type=int, default=20, help="the dataset's first N prompts (HumanEval's: never\n"
+                        "trained on)")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--hold", type=int, default=2, help="engines held at once, ar included (three bf16 1.5B engines\n"
@@ -198,8 +222,8 @@ def main(argv=None) -> None:
     parser.add_argument("--groups", nargs="+", metavar="A+B", help="explicit groups instead of --variants and --hold:\n"
                         "each a '+'-joined list of variants held and interleaved together, ar only where\n"
                         "named (ar+slem:X; slem:DRAFTER+sd:qwen2.5-coder-0.5b compares two variants directly)")
-    parser.add_argument("--warmup-task", default="HumanEval/163", help="the problem every engine decodes once,\n"
-                        "untimed, before its first timed prompt (not one of the timed prompts)")
+    parser.add_argument("--warmup-task", help="the prompt id every engine decodes once, untimed, before its first\n"
+                        "timed prompt (not one of the timed prompts; default: the dataset's last)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--out", default="runs/vllm_bench/bf16")
@@ -220,6 +244,8 @@ def main(argv=None) -> None:
 
 
 def run(args) -> None:
+    from experiments import datasets
+    from experiments.datasets import STOPS
     from xvocab import zoo
     from xvocab.alignment.roles import prompt_ids
     from xvocab.measure import records
@@ -230,15 +256,19 @@ def run(args) -> None:
     out = Path(args.out)
     path = out / "records.jsonl"
     settings = dict(target=args.target, dtype=args.dtype, max_new_tokens=args.max_new_tokens, k=args.k,
-                    stop="humaneval", threads=args.threads)
+                    stop=args.dataset if args.dataset in STOPS else None, threads=args.threads)
+    if args.dataset != "humaneval":  # (HumanEval's records predate the option and resume as they are)
+        settings["dataset"] = args.dataset
     done = {(r["variant"], r["prompt"]) for r in records.read(path) if r["settings"] == settings} \
         if path.exists() else set()
-    problems = zoo.dataset("humaneval")[: args.prompts]
+    rows = datasets.load(args.dataset, None)
     tt = zoo.tokenizer(args.target)
-    prompts = [(p["id"], prompt_ids(tt, p["prompt"]), p["prompt"]) for p in problems]
-    warm = {p["id"]: p["prompt"] for p in zoo.dataset("humaneval")}.get(args.warmup_task)
+    prompts = [(p["id"], prompt_ids(tt, p["prompt"]), p["prompt"]) for p in rows[: args.prompts]]
+    args.warmup_task = args.warmup_task or rows[-1]["id"]
+    warm = {p["id"]: p["prompt"] for p in rows}.get(args.warmup_task)
     if warm is None or args.warmup_task in {task for task, _, _ in prompts}:
-        raise SystemExit(f"--warmup-task {args.warmup_task!r}: name a HumanEval problem outside the timed prompts")
+        raise SystemExit(f"--warmup-task {args.warmup_task!r}: name a {args.dataset} prompt outside the timed prompts "
+                         f"(--prompts takes the first {args.prompts} of {len(rows)})")
     args.warmup = (prompt_ids(tt, warm), warm)
     # one id per invocation: a group's ratios are taken against the ar of the same invocation and group, so a
     # later run that adds variants to the same directory never borrows an earlier run's ar
@@ -355,14 +385,16 @@ def report(out: Path) -> None:
     if not rows:
         raise SystemExit(f"no records in {out}")
     verdicts = _verdicts(rows, out)
-    lines = [f"CPU: {rows[0]['cpu']}, {rows[0]['settings']['threads']} threads; {rows[0]['settings']['dtype']}; "
-             f"target {rows[0]['settings']['target']}; k = {rows[0]['settings']['k']}; up to "
-             f"{rows[0]['settings']['max_new_tokens']} new tokens or HumanEval's stop strings; greedy; vLLM "
+    settings = rows[0]["settings"]
+    lines = [f"CPU: {rows[0]['cpu']}, {settings['threads']} threads; {settings['dtype']}; "
+             f"target {settings['target']}; {settings.get('dataset', 'humaneval')}; k = {settings['k']}; up to "
+             f"{settings['max_new_tokens']} new tokens{' or its stop strings' if settings['stop'] else ''}; greedy; vLLM "
              f"{rows[0].get('vllm', '0.32.0')}, transformers {rows[0]['transformers']}, git {rows[0]['git_revision']}",
              "", "Timing: " + "; ".join(_mode(rows, run) for run in dict.fromkeys(r.get("run", "") for r in rows)),
              "", "| variant | prompts | tokens/s | vs vLLM ar (pooled) | per-prompt median (quartiles) | TTFT s | tau | "
-             "accepted per position | equal / tie / differs vs ar | proposer overhead ms/token |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "accepted per position | equal / tie / differs vs ar | proposer overhead ms/token | "
+             "proposed ids from the context (accepted) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     by = {}
     for r in rows:  # a group is (invocation, group): an added run's variants meet the ar of their own run
         by.setdefault((_group(r), r["variant"]), []).append(r)
@@ -404,7 +436,8 @@ def report(out: Path) -> None:
                      "—" if variant in ("ar", "xvocab-ar") else
                      f"{counts.get('equal', 0)} / {counts.get('tie', 0)} / {counts.get('differs', 0)}"
                      + (f" ({counts['unjudged']} unjudged)" if counts.get("unjudged") else ""),
-                     f"{statistics.mean(overhead):.2f}" if overhead else "—"]
+                     f"{statistics.mean(overhead):.2f}" if overhead else "—",
+                     _from_context(rs)]
             lines.append("| " + " | ".join(cells) + " |")
     lines += [f"\n{line}" for line in lines_ref]
     for r in failed:
@@ -413,6 +446,16 @@ def report(out: Path) -> None:
     records.write_atomic(out / "table.md", text)
     print(text)
     _figure(out, bars, lines[0])
+
+
+def _from_context(rs: list[dict]) -> str:
+    """'c of n (a)': of the n ids a variant proposed, c were looked up in the context and a of those accepted (xvocab's
+    proposer and loop count them; vLLM's own methods do not say)."""
+    counted = [r for r in rs if r.get("context_proposed") is not None and r.get("proposed") is not None]
+    if not counted:
+        return "—"
+    return (f"{sum(r['context_proposed'] for r in counted)} of {sum(r['proposed'] for r in counted)} "
+            f"({sum(r['context_accepted'] for r in counted)})")
 
 
 def _mode(rows: list, run: str) -> str:
@@ -495,9 +538,11 @@ def _judge(settings: dict):
     from xvocab.alignment.roles import prompt_ids
     from xvocab.checks import ties
 
+    from experiments import datasets
+
     model, tok = zoo.model(settings["target"], dtype=torch.bfloat16, device="cpu")
     judge = ties.Float32Judge(model)
-    problems = {p["id"]: p["prompt"] for p in zoo.dataset("humaneval")}
+    problems = {p["id"]: p["prompt"] for p in datasets.load(settings.get("dataset", "humaneval"), None)}
     return lambda task: judge.for_prompt(prompt_ids(tok, problems[task]))
 
 

@@ -14,8 +14,9 @@ for the same settings is skipped, so a killed run resumes. The report (`--report
 writes OUT/report.md and OUT/load.png: output tokens/s, requests/s, TTFT and chunk-gap p50/p90/p99 per group,
 acceptance per position, and each variant's throughput over vLLM's ar at the same concurrency.
 
-Variants (as experiments.vllm_bench's): `ar`; `vllm-tli:DRAFT` (vLLM's own cross-vocabulary draft); `sd:DRAFT`
-(vLLM's draft_model, one vocabulary); `slem:DRAFT` / `tli:DRAFT` (xvocab's proposer), options after commas
+Variants (as experiments.vllm_bench's): `ar`; vLLM's own methods (experiments.vllm_methods: `vllm-tli:DRAFT`, its
+cross-vocabulary draft; `sd:DRAFT`, its draft_model with one vocabulary; `ngram`; `suffix`); xvocab's proposer with
+any served algorithm (`slem:DRAFT`, `tli:DRAFT`, `lookup_slem:DRAFT`), options after commas
 (`slem:smollm2-135m,load_policy=off`).
 
     LD_PRELOAD=.venv-vllm/lib/libiomp5.so .venv-vllm/bin/python -m experiments.vllm_serve_load \\
@@ -37,6 +38,9 @@ import time
 import urllib.request
 from pathlib import Path
 
+from experiments.vllm_methods import OWN, TAKES_DRAFT, speculative_config
+from xvocab.vllm.settings import served
+
 WARMUP = 2
 STOP = ["\ndef ", "\nclass ", "\nif __name__", "\nprint("]  # HumanEval's (vLLM's API takes 4); prose: max_tokens
 
@@ -52,30 +56,28 @@ def parse(spec: str) -> tuple[str, str | None, dict]:
             options[key] = json.loads(value)
         except json.JSONDecodeError:
             options[key] = value
-    if kind not in ("ar", "vllm-tli", "sd", "slem", "tli"):
-        raise SystemExit(f"variant {spec!r}: kind {kind!r} is not ar, vllm-tli, sd, slem or tli")
-    if kind != "ar" and not draft:
-        raise SystemExit(f"variant {spec!r} names no draft (kind:DRAFT)")
+    known = ("ar",) + OWN + served()
+    if kind not in known:
+        raise SystemExit(f"variant {spec!r}: kind {kind!r} is none of {', '.join(known)}")
+    if TAKES_DRAFT.get(kind, kind in served()) != bool(draft):
+        raise SystemExit(f"variant {spec!r}: {f'{kind} takes no draft' if draft else 'name a draft (kind:DRAFT)'}")
     return kind, draft, options
 
 
 def server_command(spec: str, model_dir: str, args, stats_file: Path) -> list[str]:
-    from xvocab.zoo.serving import serving_dir
 
     kind, draft, options = parse(spec)
     command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
                "--port", str(args.port), "--host", "127.0.0.1", "--dtype", args.dtype, "--enforce-eager",
                "--max-model-len", str(args.max_model_len), "--max-num-seqs", str(max(args.concurrency)),
                "--seed", "0", "--disable-uvicorn-access-log"]
-    if kind in ("slem", "tli"):
+    if kind in served():
         command += ["--speculative-config", json.dumps({"method": "custom_class", "model": "xvocab.vllm.Proposer",
                                                         "num_speculative_tokens": args.k}),
                     "--additional-config", json.dumps({"xvocab": {"draft": draft, "algorithm": kind,
                                                                   "stats_file": str(stats_file), **options}})]
-    elif kind in ("vllm-tli", "sd"):
-        command += ["--speculative-config", json.dumps({"method": "draft_model", "model": str(serving_dir(draft)),
-                                                        "num_speculative_tokens": args.k,
-                                                        "use_heterogeneous_vocab": kind == "vllm-tli"})]
+    elif kind in OWN:
+        command += ["--speculative-config", json.dumps(speculative_config(kind, draft, args.k))]
     return command
 
 

@@ -749,3 +749,54 @@ finally:
     if alive:
         os.killpg(child, 9)
     assert alive is (not handler)
+
+
+def test_the_vllm_harnesses_take_vllms_own_methods_and_any_served_algorithm():
+    """experiments.vllm_bench and vllm_serve_load read one table of vLLM's methods (experiments.vllm_methods) and the
+    served algorithms of the registry: ngram and suffix take no draft, lookup_slem and sd need one, xvocab's loop takes
+    any registered name. vLLM's ngram searches xvocab's lookup's n-gram bounds. Controls: each wrong spec is refused."""
+    from experiments import vllm_bench, vllm_serve_load
+    from experiments.vllm_methods import speculative_config
+    from xvocab.algorithms import lookup
+
+    for parse in (vllm_bench.parse, vllm_serve_load.parse):
+        assert parse("ngram")[:2] == ("ngram", None) and parse("suffix")[:2] == ("suffix", None)
+        assert parse("lookup_slem:smollm2-135m")[:2] == ("lookup_slem", "smollm2-135m")
+        for wrong in ("ngram:smollm2-135m", "sd", "lookup_slem", "medusa:x"):
+            with pytest.raises(SystemExit):
+                parse(wrong)
+    assert vllm_bench.parse("xvocab-lookup")[:2] == ("xvocab-lookup", None)
+    assert vllm_bench.parse("ngram,k=6")[2] == {"k": 6}
+    with pytest.raises(SystemExit, match="takes no draft"):
+        vllm_bench.parse("xvocab-lookup:smollm2-135m")
+    config = speculative_config("ngram", None, 4)
+    assert (config["method"], config["prompt_lookup_max"], config["prompt_lookup_min"]) == ("ngram", lookup.MAX_N,
+                                                                                           lookup.MIN_N)
+    try:
+        import arctic_inference  # noqa: F401
+    except ImportError:
+        with pytest.raises(SystemExit, match="make vllm-suffix"):
+            speculative_config("suffix", None, 4)
+    else:
+        assert speculative_config("suffix", None, 4) == {"method": "suffix", "num_speculative_tokens": 4}
+
+
+def test_vllms_own_methods_tau_counts_every_engine_step():
+    """tau for vLLM's own methods is tokens over engine steps: ngram proposes on some steps only, so the draft
+    model's old count (1 + drafts) would credit it with forwards it never saved. Control: that count differs here."""
+    from xvocab.vllm.metrics import acceptance
+
+    zero = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "steps": 0, "per_position": []}
+    after = {"drafts": 3, "draft_tokens": 12, "accepted": 9, "steps": 12, "per_position": [3, 3, 2, 1]}
+    rates = acceptance(zero, after, tokens=20)  # 12 steps: 3 that proposed (accepting 9) and 9 that did not
+    assert rates["tau"] == 20 / 12
+    assert 20 / (1 + after["drafts"]) != rates["tau"]
+
+
+def test_the_bench_report_says_how_many_proposed_ids_came_from_the_context():
+    from experiments.vllm_bench import _from_context
+
+    rows = [dict(proposed=40, context_proposed=12, context_accepted=9), dict(proposed=10, context_proposed=0,
+                                                                           context_accepted=0)]
+    assert _from_context(rows) == "12 of 50 (9)"
+    assert _from_context([dict(proposed=None)]) == "—"

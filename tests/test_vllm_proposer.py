@@ -331,8 +331,8 @@ def test_xvocabs_per_draft_acceptance_is_vllms_per_position_definition():
     stats = Stats(k=4)
     for proposed, accepted in [(4, 4), (4, 1), (2, 2), (0, 0)]:  # a round that proposed nothing is no draft
         stats.record_step(proposed, accepted, first_token=False, now=0.0)
-    zero = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "per_position": []}
-    counters = {"drafts": 3, "draft_tokens": 10, "accepted": 7, "per_position": [3, 2, 1, 1]}
+    zero = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "steps": 0, "per_position": []}
+    counters = {"drafts": 3, "draft_tokens": 10, "accepted": 7, "steps": 5, "per_position": [3, 2, 1, 1]}
     assert stats.per_draft_acceptance == acceptance(zero, counters, tokens=10)["per_position"] == [1, 2 / 3, 1 / 3, 1 / 3]
     assert stats.per_position_acceptance != stats.per_draft_acceptance
 

@@ -105,6 +105,11 @@ def test_greedy_output_equals_vllms_own_ar_and_the_draft_is_accepted(pairs, engi
     assert emitted <= run["tokens"] <= emitted + 4 * len(prompts)
     assert run["tau"] > 1.3, f"tau {run['tau']:.2f}: the draft was hardly accepted"
     assert run["proposed_tokens"] >= run["accepted"] > 0
+    # ids looked up in the context are counted (those entries are the ones checked on text that repeats); of them,
+    # no more accepted than proposed, nor than accepted in all
+    looks_up = xvocab.algorithms.get(algorithm).control_case == "repeats"
+    assert (run["context_proposed"] > 0) is looks_up
+    assert run["context_accepted"] <= min(run["context_proposed"], run["accepted"])
 
 
 def test_the_measured_load_policy_changes_how_much_is_proposed_never_what_is_emitted(pairs, engines):

@@ -139,7 +139,7 @@ class Proposer:
         self.counts = dict(steps=0, rows=0, proposals=0, proposed_tokens=0, views_opened=0, propose_seconds=0.0,
                            forwards=0, tokens=0, drafts=0, accepted=0, accepted_per_position=[0] * self.settings.k,
                            skipped={why: 0 for why in SKIPS}, failures={}, by_identity=0, by_content=0,
-                           draft_prefill_tokens=0)
+                           draft_prefill_tokens=0, context_proposed=0, context_accepted=0)
         self._warned: set[str] = set()
         self._last_start: float | None = None  # when the last step began (the policy times steps from it)
         self._last_members: list = []          # the requests of the last step (their views, held: compared by identity)
@@ -283,6 +283,7 @@ class Proposer:
                 accepted = len(sampled_token_ids[i]) - 1  # vLLM samples the accepted proposals, then one of its own
                 c["drafts"] += 1
                 c["accepted"] += accepted
+                c["context_accepted"] += max(0, accepted - (view.proposed - view.from_context))
                 for j in range(min(accepted, s.k)):
                     c["accepted_per_position"][j] += 1
             view.proposed = 0
@@ -328,6 +329,8 @@ class Proposer:
             out[row_of[slot]] = ids
             view = self.slots.views[slot]
             view.proposed, view.proposed_at = len(ids), c["steps"]
+            view.from_context = max(0, proposal.from_context - (len(proposal.ids) - len(ids))) if ids else 0
+            c["context_proposed"] += view.from_context
             c["proposals"] += bool(ids)
             c["proposed_tokens"] += len(ids)
         c["rows"] += len(calls)

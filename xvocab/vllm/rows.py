@@ -85,6 +85,7 @@ class RowView:
     ctx: DraftContext
     proposed: int = 0        # target ids it proposed at step `proposed_at` (what vLLM verified next)
     proposed_at: int = -1
+    from_context: int = 0    # of which the last `from_context` were looked up in the context (Proposal.from_context)
 
     def target_ids(self) -> list[int]:
         return list(self.head) + list(self.ctx.target.stream.ids)
