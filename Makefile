@@ -25,7 +25,7 @@ VLLM_ENV := LD_PRELOAD=$(CURDIR)/.venv-vllm/lib/libiomp5.so XVOCAB_REQUIRE_VLLM=
 
 vllm-setup: .venv-vllm/done
 
-# vLLM's suffix decoding (the `suffix` baseline of experiments.vllm_bench and vllm_serve_load) needs arctic-inference,
+# vLLM's suffix decoding (the `suffix` baseline of experiments.vllm.bench and vllm_serve_load) needs arctic-inference,
 # a source package: its suffix tree builds here with cmake and a C++20 compiler (about a minute). Its vLLM plugin
 # stays off unless ARCTIC_INFERENCE_ENABLED is set. No test needs it.
 vllm-suffix: vllm-setup
@@ -58,10 +58,10 @@ test-slow: setup vllm-setup
 	$(PY) -m pytest -q -m slow -n 2 --dist loadgroup
 	$(VLLM_ENV) $(VPY) -m pytest -q -m slow tests/vllm_engine
 
-# What a GPU session carries (experiments/gpu_carry.py, run by experiments/gpu_session.sh there): transformers 5.24
+# What a GPU session carries (experiments/gpu/carry.py, run by experiments/gpu/session.sh there): transformers 5.24
 # and huggingface-hub wheels for the GPU machine's Python 3.12, and the converted tokenizers its tests and benchmark
 # read; fails if the tree and gpu_carry/ together exceed 60 MiB. gpu_carry/ is git-ignored.
 gpu-carry: setup
-	$(PY) -m experiments.gpu_carry
+	$(PY) -m experiments.gpu.carry
 
 .PHONY: setup vllm-setup vllm-suffix demo test test-vllm test-slow gpu-carry

@@ -14,7 +14,7 @@ the same target, draft, dataset, settings and algorithm, measured elsewhere), so
 shows whether it agrees with the reference. The report starts with where its records are, the machine
 they were measured on and when.
 
-Where a RESULTS_DIR holds `costs.jsonl` (from `experiments.costs`), rows of a measured (target,
+Where a RESULTS_DIR holds `costs.jsonl` (from `experiments.sweep.costs`), rows of a measured (target,
 draft, k) also get c, v, the bound tau / (k c + v) and the efficiency speedup / bound (the
 paper's bound tau / (1 + k c) assumes v = 1; it is in the CSV as bound_paper).
 """
@@ -28,7 +28,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from experiments import sidebyside
-from experiments.plots import short_cpu, short_name, speedup_figure, title_of
+from experiments.sweep.plots import short_cpu, short_name, speedup_figure, title_of
 from xvocab.checks import ties
 from xvocab.measure import records
 from xvocab.measure.cost import speedup_bounds
@@ -95,7 +95,7 @@ def verdict_counts(rs: list[dict]) -> str | None:
 
 def speedup(row: dict, ar: dict | None) -> float | None:
     """`row`'s speed over ar's at the same baseline. Variants timed side by side prompt by prompt
-    (experiments.variants): the median over prompts of the per-prompt ratios, so one decode disturbed by other work
+    (experiments.sweep.variants): the median over prompts of the per-prompt ratios, so one decode disturbed by other work
     on the machine moves one ratio, not the result; otherwise the ratio of pooled tokens/s."""
     if ar is None or not ar["tokens_per_s"]:
         return None

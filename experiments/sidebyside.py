@@ -7,8 +7,8 @@ resumed run keeps its rotation. `paired_ratios(speed, base)` are a variant's per
 on the same items; `median_ratio` their median, and `spread` their median and quartiles: the figure to read on a
 machine that drifts (one disturbed decode moves one ratio, not the median).
 
-Why one module: the Hydra runs (experiments.variants), experiments.interleave, experiments.vllm_bench,
-experiments.vllm_draft_speed and experiments.bench_vs_hf time variants against a baseline, and the report
+Why one module: the Hydra runs (experiments.sweep.variants), experiments.sweep.interleave, experiments.vllm.bench,
+experiments.vllm.draft_speed and experiments.benchmarks.vs_hf time variants against a baseline, and the report
 (experiments.report.speedup) reads their records; a schedule or a ratio written once cannot drift between them.
 
 Invariant: order(i, n) is a permutation of range(n), and over any n consecutive items each variant runs in each

@@ -7,7 +7,7 @@ import torch
 
 def pytest_collection_modifyitems(config, items):
     # XVOCAB_TEST_DEVICE=cpu runs the gpu-marked tests on the CPU: a dry run of their logic before a GPU session
-    # (no graph is captured there; experiments/gpu_session.sh sets it with DEVICE=cpu).
+    # (no graph is captured there; experiments/gpu/session.sh sets it with DEVICE=cpu).
     if torch.cuda.is_available() or os.environ.get("XVOCAB_TEST_DEVICE") == "cpu":
         return
     skip_gpu = pytest.mark.skip(reason="needs CUDA (or XVOCAB_TEST_DEVICE=cpu for a dry run of the tests' logic)")

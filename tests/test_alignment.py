@@ -202,7 +202,7 @@ def test_propose_on_every_zoo_pair(target, draft):
 
 
 def test_pair_report_rows_agree_with_the_maps(tmp_path):
-    from experiments import pair_report
+    from experiments.drafters import pair_report
 
     out = tmp_path / "pairs.csv"
     rows = pair_report.main(["gemma-3-270m", "smollm2-135m", "--csv", str(out)])
@@ -295,7 +295,7 @@ def test_fast_sync_equals_reference_with_the_aligned_encoding(name):
 
 
 def test_cut_agreement_counts_what_the_aligned_encoding_fixes():
-    from experiments.pair_report import main as pair_report
+    from experiments.drafters.pair_report import main as pair_report
     from xvocab.alignment.aligned import cut_agreement
 
     code = ["def f(x):\n    return x + 1\n", "    if a:\n        b = [1, 2]\n"]

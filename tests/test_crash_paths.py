@@ -337,8 +337,8 @@ def test_the_project_has_no_import_cycle_and_no_module_imports_anothers_private_
     added is found, and a planted upward import and a planted room cycle are each reported."""
     from pathlib import Path
 
-    from experiments.import_graph import ROOMS, find_cycle, room_violations
-    from experiments.import_graph import graph as import_graph
+    from experiments.checks.import_graph import ROOMS, find_cycle, room_violations
+    from experiments.checks.import_graph import graph as import_graph
 
     graph, private = import_graph(Path(xvocab.__file__).parent.parent)
     assert find_cycle(graph) is None, find_cycle(graph)
@@ -358,4 +358,4 @@ def test_the_project_has_no_import_cycle_and_no_module_imports_anothers_private_
     assert rooms | {"errors", "defaults"} == set(ROOMS), "a room of xvocab/ is missing from the declared order"
     contributing = (Path(xvocab.__file__).parent.parent / "CONTRIBUTING.md").read_text()
     assert " < ".join(ROOMS) in contributing, "CONTRIBUTING.md does not show the declared room order"
-    assert find_cycle(graph | {"experiments.plots": graph["experiments.plots"] | {"experiments.report"}})  # control
+    assert find_cycle(graph | {"experiments.sweep.plots": graph["experiments.sweep.plots"] | {"experiments.report"}})  # control

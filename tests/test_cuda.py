@@ -1,7 +1,7 @@
 """The CUDA path (skipped without CUDA): greedy equality, determinism and graph replays on the GPU.
 
 XVOCAB_TEST_DEVICE=cpu runs these same tests on the CPU (no graph is captured there: the fixed shapes run
-eagerly), a dry run of their logic before a GPU session spends its minutes on them (experiments/gpu_session.sh
+eagerly), a dry run of their logic before a GPU session spends its minutes on them (experiments/gpu/session.sh
 with DEVICE=cpu). The first GPU session (2026-12-04) found four failures here that such a dry run catches.
 """
 import os

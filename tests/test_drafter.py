@@ -414,7 +414,7 @@ def _train_drafter_command(tmp_path):
     from pathlib import Path
 
     out = tmp_path / "drafter"
-    args = ["-m", "experiments.train_drafter", "target=tiny:llama-spm:3", "draft_tokenizer=deepseek-coder",
+    args = ["-m", "experiments.drafters.train", "target=tiny:llama-spm:3", "draft_tokenizer=deepseek-coder",
             f"work_dir={tmp_path / 'work'}", f"out_dir={out}", "teacher.n_prompts=6", "teacher.batch_size=3",
             "teacher.max_new_tokens=5", "teacher.dtype=float32", "student.layers=1", "student.hidden=32",
             "student.intermediate=64", "student.heads=2", "student.steps=4", "student.batch_size=2",
@@ -613,7 +613,7 @@ def test_shipped_drafter_is_small_whole_and_lossless_on_humaneval():
     size = sum(p.stat().st_size for p in (DRAFTERS_DIR / SHIPPED).iterdir())
     assert size < 26 * 2**20, f"{size / 2**20:.1f} MiB"
     record = json.loads((DRAFTERS_DIR / SHIPPED / "xvocab_training.json").read_text())
-    assert record["target"] == "gemma-3-270m" and record["command"].startswith("python -m experiments.train_drafter")
+    assert record["target"] == "gemma-3-270m" and record["command"].startswith("python -m experiments.drafters.train")
     target, target_tok = zoo.model("gemma-3-270m", device="cpu")
     draft, draft_tok = zoo.model(SHIPPED, device="cpu")
     assert draft.dtype == torch.float32 and (len(draft_tok), len(target_tok)) == (32256, 262144)

@@ -42,7 +42,7 @@ def test_library_defaults_have_one_source(monkeypatch):
     from omegaconf import OmegaConf
 
     import xvocab
-    from experiments import bench_vs_hf
+    from experiments.benchmarks import vs_hf as bench_vs_hf
 
     base = OmegaConf.load(CONF / "config.yaml")
     assert all(base[key] is None for key in defaults.RUN_KEYS)
@@ -220,7 +220,8 @@ def test_the_report_checks_coupled_slem_against_coupled_ar_on_the_same_tape():
 
 
 def test_the_frontier_figure_draws_runs_with_costs_and_names_what_is_missing(tmp_path):
-    from experiments import figure, plots
+    from experiments.sweep import figure
+    from experiments.sweep import plots
 
     runs = []
     for i, (c, v) in enumerate([(0.05, 1.6), (0.01, 1.1)]):
@@ -371,7 +372,7 @@ def test_the_editing_set_holds_each_function_whole_and_asks_one_edit_of_it():
 
 
 def test_humaneval_check_executes_completions():
-    from experiments import humaneval
+    from experiments.datasets import humaneval
     from xvocab import zoo
 
     problems = zoo.dataset("humaneval")[:20]  # the problems the experiments decode
@@ -398,7 +399,7 @@ def test_figures_are_made_from_aggregated_results_only(tmp_path):
 
 
 def test_bench_vs_hf_runs_side_by_side_on_tiny_models(tmp_path):
-    from experiments import bench_vs_hf
+    from experiments.benchmarks import vs_hf as bench_vs_hf
 
     table, findings = bench_vs_hf.main(["--pair", "tiny:starcoder:1", "mirror:refact", "--prompts", "1", "--reps", "1",
                                         "--max-new-tokens", "8", "--threads", "1", "--out", str(tmp_path)])
@@ -411,7 +412,7 @@ def test_bench_vs_hf_runs_side_by_side_on_tiny_models(tmp_path):
 
 
 def test_batch_bench_compares_batch_sizes_side_by_side_on_tiny_models(tmp_path):
-    from experiments import batch_bench
+    from experiments.benchmarks import batch as batch_bench
 
     rows = batch_bench.main(["--pair", "tiny:starcoder:1", "mirror:refact", "--dataset", "tiny", "--prompts", "2",
                              "--batch-sizes", "1", "2", "--max-new-tokens", "6", "--threads", "1", "--out", str(tmp_path)])
@@ -426,7 +427,8 @@ def test_batch_bench_compares_batch_sizes_side_by_side_on_tiny_models(tmp_path):
 def test_sampling_check_and_costs_commands_on_tiny_models(tmp_path):
     """Both commands run end to end and write their records. Twelve draws say nothing about losslessness
     (tests/test_distributions.py proves that, with controls); the statistic itself is tested below."""
-    from experiments import costs, sampling_check
+    from experiments.sweep import costs
+    from experiments.checks import sampling_check
 
     rows = sampling_check.main(["--pair", "tiny:starcoder:1", "mirror:refact", "--samples", "12", "--threads", "1",
                                 "--out", str(tmp_path)])
@@ -443,7 +445,7 @@ def test_sampling_check_statistic_separates_same_from_different():
     import random
     from collections import Counter
 
-    from experiments.sampling_check import ALPHA, compare
+    from experiments.checks.sampling_check import ALPHA, compare
 
     rng = random.Random(0)
     base = lambda: Counter(rng.choices("abcd", weights=[4, 3, 2, 1], k=1500))  # noqa: E731
@@ -458,7 +460,7 @@ def test_expected_acceptance_tells_a_mirror_from_a_stranger():
     that mirrors the target than for an unrelated one (the control that it measures something)."""
     from statistics import fmean
 
-    from experiments.expected_acceptance import expected_acceptance
+    from experiments.drafters.expected_acceptance import expected_acceptance
     from xvocab import algorithms, zoo
     from xvocab.verification.sampling import SamplingParams
     from xvocab.zoo.tiny import mirror_model
@@ -501,7 +503,7 @@ def test_expected_acceptance_tells_a_mirror_from_a_stranger():
 
 
 def test_interleave_times_variants_side_by_side_and_checks_outputs_that_must_agree(tmp_path):
-    from experiments import interleave
+    from experiments.sweep import interleave
 
     common = ["--pair", "tiny:starcoder:1", "mirror:refact", "--dataset", "tiny", "--prompts", "2", "--seeds", "0", "1",
               "--max-new-tokens", "10", "--threads", "1", "--out", str(tmp_path)]
@@ -525,7 +527,7 @@ def test_interleave_times_variants_side_by_side_and_checks_outputs_that_must_agr
                                            ("slem coupling", "is not KEY=VALUE with KEY one of"),
                                            ("tli top_k=3", "is not KEY=VALUE"), ("tli k=two", "k='two' is not an integer")])
 def test_interleave_variants_name_the_mistake(spec, message):
-    from experiments import interleave
+    from experiments.sweep import interleave
     from xvocab.errors import ConfigError
 
     with pytest.raises(ConfigError, match=message):
@@ -536,7 +538,7 @@ def test_variants_run_interleaved_write_sweep_records_and_resume(tmp_path):
     """variants= decodes every variant on each prompt in turn: each variant's records are its sweep point's (same
     hash, same greedy outputs as a --multirun point), a rerun after a kill adds only what is missing, and the
     report reads them as a sweep's."""
-    from experiments import variants
+    from experiments.sweep import variants
 
     cfg = _cfg(tmp_path) | {"variants": ["slem", "tli k=2", "slrs", "lookup"]}  # (lookup: no draft model read)
     cfg.pop("hydra", None)
@@ -584,7 +586,7 @@ def test_interleaved_sampled_runs_check_coupled_slem_against_coupled_ar(tmp_path
 @pytest.mark.parametrize("experiment", [e for e in EXPERIMENTS if (CONF / "experiment" / f"{e}.yaml").read_text()
                                         .count("variants")])
 def test_every_variant_of_an_experiment_parses_and_names_a_zoo_draft(experiment):
-    from experiments import variants
+    from experiments.sweep import variants
     from xvocab import zoo
 
     cfg = _compose([f"+experiment={experiment}"])
@@ -595,8 +597,8 @@ def test_every_variant_of_an_experiment_parses_and_names_a_zoo_draft(experiment)
 
 
 def test_stop_config_resolves_a_dataset_name_or_a_list(tmp_path):
-    from experiments import humaneval
-    from experiments.runner import point, stop_strings
+    from experiments.datasets import humaneval
+    from experiments.sweep.runner import point, stop_strings
 
     cfg = defaults.fill(_cfg(tmp_path))
     assert stop_strings(cfg) == [] and "stop" not in point(cfg, "slem")  # none: old records keep their hashes
@@ -609,8 +611,8 @@ def test_stop_config_resolves_a_dataset_name_or_a_list(tmp_path):
 def test_a_draft_window_is_its_own_sweep_point_and_report_row(tmp_path):
     """draft_window= (a variant option or a config key) keys its records apart from the whole-prompt draft's, only
     when set (older records keep their hashes), and the report shows it as a row and a column of its own."""
-    from experiments import variants
-    from experiments.runner import point
+    from experiments.sweep import variants
+    from experiments.sweep.runner import point
 
     cfg = defaults.fill(_cfg(tmp_path))
     assert "draft_window" not in point(cfg, "slem") and "draft_window" not in point(cfg | {"draft_window": 3}, "ar")
@@ -668,9 +670,9 @@ def test_claims_exclude_a_live_holder_and_take_over_a_dead_one(tmp_path):
 
 
 def test_the_lossless_sweep_passes_and_fails_when_verification_is_wrong(monkeypatch, capsys):
-    """experiments.lossless_sweep on one pair: no failure with the real engine (both drafts, the biased one accepted);
+    """experiments.checks.lossless_sweep on one pair: no failure with the real engine (both drafts, the biased one accepted);
     with a verifier that accepts every proposal (the control), it reports failures and exits 1."""
-    from experiments import lossless_sweep
+    from experiments.checks import lossless_sweep
     from xvocab.decode import rounds
 
     monkeypatch.setattr(lossless_sweep, "PROMPTS", lossless_sweep.PROMPTS[:3])
@@ -695,7 +697,7 @@ def test_the_sampling_sweep_passes_and_fails_when_tli_forgets_to_renormalize(mon
     restriction not renormalized where it is verified) it reports the failure and exits 1."""
     from _support import patch_drafter
 
-    from experiments import lossless_sweep
+    from experiments.checks import lossless_sweep
     from xvocab import algorithms
 
     monkeypatch.setattr(lossless_sweep, "SAMPLING_ALGORITHMS", ("tli",))
@@ -711,7 +713,7 @@ def test_the_sampling_sweep_passes_and_fails_when_tli_forgets_to_renormalize(mon
 
 @pytest.mark.parametrize("handler", [True, False])
 def test_a_killed_serve_load_run_stops_its_server(tmp_path, handler):
-    """experiments.vllm_serve_load stops each variant's server in a `finally`; SIGTERM must unwind to it. A stand-in
+    """experiments.vllm.serve_load stops each variant's server in a `finally`; SIGTERM must unwind to it. A stand-in
     run starts a child in a session of its own (as the server is started) and is killed; with the handler the child
     is gone, without it (the control) the child outlives the run."""
     import os
@@ -723,7 +725,7 @@ def test_a_killed_serve_load_run_stops_its_server(tmp_path, handler):
     pid_file = tmp_path / "child.pid"
     script = f"""
 import os, subprocess, sys, time
-from experiments import vllm_serve_load
+from experiments.vllm import serve_load as vllm_serve_load
 if {handler}:
     vllm_serve_load.exit_on_sigterm()
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
@@ -752,11 +754,12 @@ finally:
 
 
 def test_the_vllm_harnesses_take_vllms_own_methods_and_any_served_algorithm():
-    """experiments.vllm_bench and vllm_serve_load read one table of vLLM's methods (experiments.vllm_methods) and the
+    """experiments.vllm.bench and vllm_serve_load read one table of vLLM's methods (experiments.vllm.methods) and the
     served algorithms of the registry: ngram and suffix take no draft, lookup_slem and sd need one, xvocab's loop takes
     any registered name. vLLM's ngram searches xvocab's lookup's n-gram bounds. Controls: each wrong spec is refused."""
-    from experiments import vllm_bench, vllm_serve_load
-    from experiments.vllm_methods import speculative_config
+    from experiments.vllm import bench as vllm_bench
+    from experiments.vllm import serve_load as vllm_serve_load
+    from experiments.vllm.methods import speculative_config
     from xvocab.algorithms import lookup
 
     for parse in (vllm_bench.parse, vllm_serve_load.parse):
@@ -794,7 +797,7 @@ def test_vllms_own_methods_tau_counts_every_engine_step():
 
 
 def test_the_bench_report_says_how_many_proposed_ids_came_from_the_context():
-    from experiments.vllm_bench import _from_context
+    from experiments.vllm.bench import _from_context
 
     rows = [dict(proposed=40, context_proposed=12, context_accepted=9), dict(proposed=10, context_proposed=0,
                                                                            context_accepted=0)]

@@ -108,7 +108,7 @@ def test_the_registry_is_the_algorithm_files_and_the_sweep_configs(tmp_path):
 
 
 def test_the_lists_outside_the_package_are_the_registrys():
-    from experiments import lossless_sweep
+    from experiments.checks import lossless_sweep
     from xvocab.vllm import settings
 
     assert CROSS == algorithms.names(cross_vocabulary=True) and ALL == ("ar",) + CROSS
@@ -179,7 +179,7 @@ def test_no_library_module_decides_by_an_algorithms_name(tmp_path):
     """Every "which algorithms ..." question in xvocab/ reads the registry entry, none compares with a name written
     out (the distillation losses are named after TLI and SLEM, not algorithms: xvocab.drafter). Control: a module that
     compares `algorithm == "slem"` is found."""
-    from experiments.import_graph import name_comparisons
+    from experiments.checks.import_graph import name_comparisons
 
     assert [m for m in name_comparisons(ROOT) if not m.startswith("xvocab.drafter.")] == []
     (tmp_path / "xvocab").mkdir()

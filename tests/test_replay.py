@@ -1,11 +1,11 @@
-"""xvocab.checks.replay and experiments.replay_tau: a greedy run replayed against the target's recorded text makes the
+"""xvocab.checks.replay and experiments.drafters.replay_tau: a greedy run replayed against the target's recorded text makes the
 real run's every step (proposals, acceptances, target forwards), and a replay that leaves the recording fails."""
 import json
 
 import pytest
 from _support import CROSS, mirrored_pairs
 
-from experiments import replay_tau
+from experiments.drafters import replay_tau
 from xvocab.checks.replay import ReplayMismatch, replay
 from xvocab.decode.engine import generate
 from xvocab.zoo.tiny import tiny_model
@@ -118,7 +118,7 @@ def test_replay_refuses_a_recording_cut_where_the_engine_would_go_on(pairs):
 
 
 def test_replay_tau_command_prints_the_measured_tau_beside_its_own(tmp_path, capsys):
-    """experiments.replay_tau over records of a real run: its replay tau equals the recorded tau."""
+    """experiments.drafters.replay_tau over records of a real run: its replay tau equals the recorded tau."""
     target_spec, draft_spec = "tiny:gpt-2", "tiny:mpt:3"
     target, tt = replay_tau.load_model(target_spec, "float32", "cpu", None)
     draft, dt = replay_tau.load_model(draft_spec, "float32", "cpu", None)
@@ -175,7 +175,7 @@ def test_replay_tau_gives_the_tau_the_runner_measured(tmp_path, temperature):
     refused by name."""
     from test_experiments import _cfg
 
-    from experiments.runner import run
+    from experiments.sweep.runner import run
 
     cfg = _cfg(tmp_path, temperature=temperature)
     cfg.pop("hydra", None)
@@ -220,7 +220,7 @@ def test_replay_probe_gives_a_real_runs_measured_tau(pairs, tmp_path):
 
 def test_student_stage_logs_the_replayed_tau_of_the_checkpoint_it_saves(tmp_path):
     """replay.records: the student stage logs replay_tau_<algorithm> at every evaluation; the last values are those
-    experiments.replay_tau gives the saved checkpoint (saved in float32: the same weights), and the model card states
+    experiments.drafters.replay_tau gives the saved checkpoint (saved in float32: the same weights), and the model card states
     them. Records of another target are refused by name before any training. (A 4-step student agrees with nothing,
     so its tau is 1: that the probe measures tau is test_replay_probe_gives_a_real_runs_measured_tau's to show.)"""
     import subprocess

@@ -4,7 +4,7 @@ needs equality. Each verdict is shown with the case that must give the other one
 import pytest
 import torch
 
-from experiments.runner import ar_check
+from experiments.sweep.runner import ar_check
 from xvocab import zoo
 from xvocab.alignment.roles import prompt_ids
 from xvocab.checks import ties

@@ -1,7 +1,7 @@
 """Every default of xvocab, in one place.
 
 `xvocab.generate` takes its keyword defaults from here; conf/config.yaml leaves these keys null,
-meaning "the library's default", and experiments.runner fills them from here (`fill`); the scripts'
+meaning "the library's default", and experiments.sweep.runner fills them from here (`fill`); the scripts'
 options default to these names. An experiment that wants another value sets it explicitly in its
 config or on the command line.
 """

@@ -351,7 +351,7 @@ def test_vllm_serve_survives_the_fuzz_and_clients_that_disconnect_mid_stream(pai
 
     import aiohttp
 
-    from experiments.vllm_serve_check import wait_healthy
+    from experiments.vllm.serve_check import wait_healthy
 
     pair = PAIRS[0]
     target_dir, draft_dir = pairs[pair]

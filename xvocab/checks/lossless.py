@@ -7,7 +7,7 @@ is the goodness-of-fit test between them (bins expected to hold fewer than 5 sam
 `sampled_pvalue` is the three together.
 
 Why here and not in the tests: the test suite (tests/test_distributions.py, with a negative control per algorithm
-that this same test must reject), the wide sweep over tokenizer pairs (`experiments.lossless_sweep --sampling`)
+that this same test must reject), the wide sweep over tokenizer pairs (`experiments.checks.lossless_sweep --sampling`)
 and a researcher adding an algorithm all need the one rule, and its pooling choices are part of the claim.
 
 Invariant: a lossless sampler's p-value is uniform on [0, 1], so a test at ALPHA fails it with probability ALPHA;

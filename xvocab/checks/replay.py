@@ -18,7 +18,7 @@ target's cost is what `xvocab.measure.cost` measures.
 Invariant: positions off the recorded text (after a rejected proposal token, or past the recording's end) are
 never read as the target's choice by greedy (or coupled exact-match) verification, so their rows (uniform)
 cannot change what is emitted. What the replay cannot check is that the recording is the target's greedy (or
-coupled) text: it replays any text it is given (records name their target and sampling; `experiments.replay_tau`
+coupled) text: it replays any text it is given (records name their target and sampling; `experiments.drafters.replay_tau`
 reads only exact-match rows of one target at one temperature). A replay whose output is not the recording raises
 ReplayMismatch: the recording ends where this engine would not end it (other max_new_tokens or stop strings), or
 the engine lost it. The one step a replay may count differently is the last of a recording ended by a stop string:

@@ -13,7 +13,7 @@ difference is classified; any other dtype's difference "differs" (float32 verifi
 up to reassociation, so xvocab's tests ask equality there). `Float32Judge(model)` gives the logits_at of a
 bfloat16 target, its float32 copy made only when a first difference has to be judged.
 
-Why one rule: the engines' benchmark (experiments.vllm_bench) and xvocab's own records (the runner's `ar_verdict`
+Why one rule: the engines' benchmark (experiments.vllm.bench) and xvocab's own records (the runner's `ar_verdict`
 beside `equals_ar`) report equal / tie / differs with it, so a bfloat16 difference is a finding only when it is
 not a tie.
 

@@ -13,7 +13,7 @@ The steps, each resumable and each its own module:
   teacher's text re-tokenized with that tokenizer (optionally mixed with raw standard-library
   source), checkpointed every few steps, saved as a standard Hugging Face checkpoint.
 
-`experiments.train_drafter` is the Hydra entry that runs all three.
+`experiments.drafters.train` is the Hydra entry that runs all three.
 """
 from xvocab.drafter.prompts import code_prompts, raw_code
 from xvocab.drafter.student import StudentShape, build_student, save_student, train_student

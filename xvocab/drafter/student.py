@@ -321,7 +321,7 @@ def train_student(model, teacher_docs: list[list[int]], raw_docs: list[list[int]
     for `steps`; a run stopped by `time_budget_s` at step s is redone exactly by stop_at=s (batches depend on
     the step alone).
     `probe`: a function model -> {name: value} run at each evaluation (the model in eval mode) and logged with it,
-    say the replayed greedy tau on a dev split (experiments.replay_tau.replay_probe); it must not change the model.
+    say the replayed greedy tau on a dev split (experiments.drafters.replay_tau.replay_probe); it must not change the model.
     """
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)

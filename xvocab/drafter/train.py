@@ -1,4 +1,4 @@
-"""The student stage of `experiments.train_drafter`: data, training, checkpoint, loss curve.
+"""The student stage of `experiments.drafters.train`: data, training, checkpoint, loss curve.
 
 Kept apart from `student.py` (the model and the loop, config-free) because this is where the
 Hydra config meets them: it reads the teacher shards, holds out documents for validation, encodes
@@ -84,7 +84,7 @@ def run_student_stage(cfg, device: str, command: str, target_tokenizer, probe=No
     """Train (or resume) the student `cfg` describes and save it at cfg.out_dir; `command` is recorded.
     `target_tokenizer` (cfg.target's) sets the cuts of the training text when student.encoding is aligned.
     `probe`: run at each evaluation and logged (xvocab.drafter.student.train_student); the last replay_* values it
-    logged (experiments.replay_tau.replay_probe) are recorded with the checkpoint as `final_replay`, and its
+    logged (experiments.drafters.replay_tau.replay_probe) are recorded with the checkpoint as `final_replay`, and its
     `settings` as `replay`."""
     s = cfg.student
     settings = _plain(s)  # what the run records and a resume compares (JSON: lists, not ListConfig)

@@ -10,7 +10,7 @@ draws from the target's generator), and the noise tape of coupling="gumbel" (xvo
 * tape: seed + 2**32, apart from any target seed below 2**32 (a sweep's seeds are small; kept so coupled
   outputs stay those recorded).
 
-experiments.runner gives prompt i of a sweep the seed `seed + i`, xvocab.generate_batch row i the same.
+experiments.sweep.runner gives prompt i of a sweep the seed `seed + i`, xvocab.generate_batch row i the same.
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ layers), "auto" (vLLM's where they apply, else stock, with the reason kept for t
 
 Why: a draft's forward is what bounds a proposer's speedup (four draft forwards per target forward at k = 4).
 In transformers' eager bfloat16 the draft's matmuls run torch's stock CPU kernels. Measured on an Intel Xeon with
-AMX, 2 threads, smollm2-135m, one row (`python -m experiments.vllm_draft_speed`, results/vllm/README.md): about
+AMX, 2 threads, smollm2-135m, one row (`python -m experiments.vllm.draft_speed`, results/vllm/README.md): about
 40-50 ms a forward stock, about 31-35 ms on vLLM's kernels, against 148 ms for vLLM's 1.5B target forward. float32
 keeps xvocab.runtime.packed_linear (oneDNN too; vLLM's kernels measured no faster there), and on a GPU vLLM's linears
 are torch's own: nothing changes there.

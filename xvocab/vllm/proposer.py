@@ -166,7 +166,7 @@ class Proposer:
             if not same_vocabulary(codec(trained_tokenizer), codec(self.target_tokenizer)):
                 raise ConfigError(f"drafter {self.settings.draft!r} was trained on text cut as {trained!r} cuts it, "
                                   f"but vLLM serves a target with another vocabulary; use a drafter trained for this "
-                                  f"target (python -m experiments.train_drafter), an off-the-shelf draft, or "
+                                  f"target (python -m experiments.drafters.train), an off-the-shelf draft, or "
                                   f"draft_encoding='native'")
 
     def load_model(self, target_model=None) -> None:

@@ -19,7 +19,7 @@ De-quantizing takes 20-60 s, so the first call saves a float32 safetensors check
 and its exact tokenizer under `cache_dir()/models/`; later calls load that in seconds.
 The tokenizer is converted from the same GGUF with the repairs of xvocab.zoo.convert.
 
-Drafters distilled by `experiments.train_drafter` are shipped in the repository
+Drafters distilled by `experiments.drafters.train` are shipped in the repository
 (`xvocab/zoo/drafters/<name>/`, `drafter_names()`).
 """
 from __future__ import annotations

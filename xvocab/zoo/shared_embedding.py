@@ -5,7 +5,7 @@ holds every weight but the token embedding (tied to the LM head); loading reads 
 drafter (a zoo drafter name or a checkpoint directory) and checks the sha256 of its float16 bytes.
 
 Why: a drafter trained further for a new target with its embedding frozen (`student.train_embedding=false`
-in experiments.train_drafter) differs from its base in its layers only. Shipping just those keeps it at 7 MB
+in experiments.drafters.train) differs from its base in its layers only. Shipping just those keeps it at 7 MB
 instead of 23 MB in the repository, whose checkout must stay under 64 MiB to travel to a GPU machine.
 
 Invariant: the loaded model is the trained one, bit for bit in the saved dtype: the embedding's bytes are
