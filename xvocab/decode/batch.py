@@ -58,11 +58,9 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
     if batch_size is not None and batch_size < 1:
         raise ConfigError(f"batch_size={batch_size} must be at least 1 (None: every prompt at once)")
     seeds = [seed + i for i in range(len(prompts))] if isinstance(seed, int) else list(seed)
-    return loop.decode(list(prompts), target=target, target_tokenizer=target_tokenizer, draft=draft,
-                       draft_tokenizer=draft_tokenizer, algorithm=algorithm, k=k, max_new_tokens=max_new_tokens,
-                       params=SamplingParams(temperature, top_k, top_p), seeds=seeds,
-                       draft_confidence=draft_confidence, draft_window=draft_window, draft_encoding=draft_encoding,
-                       draft_temperature=draft_temperature, coupling=coupling, stop=stop,
-                       slots=len(prompts) if batch_size is None else min(batch_size, len(prompts)),
-                       make_decoder=pooled(decoders, graphs=cache == "graph"), policy=policy, on_finish=on_finish,
-                       progress=progress)
+    return loop.decode(list(prompts), seeds, models=loop.Models(target, target_tokenizer, draft, draft_tokenizer),
+                       task=loop.Task(algorithm, k, max_new_tokens, SamplingParams(temperature, top_k, top_p), stop),
+                       drafting=loop.Drafting(draft_confidence, draft_window, draft_encoding, draft_temperature,
+                                              coupling),
+                       schedule=loop.Schedule(len(prompts) if batch_size is None else min(batch_size, len(prompts)),
+                                              pooled(decoders, graphs=cache == "graph"), policy, on_finish, progress))

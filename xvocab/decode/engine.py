@@ -69,9 +69,8 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
     else:
         def make_decoder(role, model, rows, capacity):
             return OneRow(Decoder(model, cache, capacity))
-    return loop.decode([prompt], target=target, target_tokenizer=target_tokenizer, draft=draft,
-                       draft_tokenizer=draft_tokenizer, algorithm=algorithm, k=k, max_new_tokens=max_new_tokens,
-                       params=SamplingParams(temperature, top_k, top_p), seeds=[seed],
-                       draft_confidence=draft_confidence, draft_window=draft_window, draft_encoding=draft_encoding,
-                       draft_temperature=draft_temperature, coupling=coupling, stop=stop, slots=1,
-                       make_decoder=make_decoder)[0]
+    return loop.decode([prompt], [seed], models=loop.Models(target, target_tokenizer, draft, draft_tokenizer),
+                       task=loop.Task(algorithm, k, max_new_tokens, SamplingParams(temperature, top_k, top_p), stop),
+                       drafting=loop.Drafting(draft_confidence, draft_window, draft_encoding, draft_temperature,
+                                              coupling),
+                       schedule=loop.Schedule(1, make_decoder))[0]

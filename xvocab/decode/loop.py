@@ -1,6 +1,6 @@
 """The decode loop: draft, verify in one target forward, commit, repeat; for one sequence or many rows at once.
 
-    for each round, over the rows still running:
+    for each round (`play_round`, one function), over the rows still running:
       drafting:  every row's drafter (a generator, xvocab.algorithms.common) is advanced in lockstep; the
                  draft sequences they ask about go through ONE draft forward per drafting step
                  (`draft_in_lockstep`), until every row has its proposal (rows propose different numbers of ids)
@@ -9,9 +9,10 @@
                  commit (commit.py: cut at EOS or a stop string, the draft re-synced to the new text)
                  and finish at their own end, a finished row's slot going to the next waiting prompt.
 
-`xvocab.generate` (one prompt) and `xvocab.generate_batch` (many) are two doors to this loop; they differ only in
-the decoders they hand it. A decoder answers `step({slot: (full_ids, extra)})` with each slot's logits after
-`full_ids` and after each id of `extra`, and holds its own KV cache:
+`xvocab.generate` (one prompt) and `xvocab.generate_batch` (many) are two doors to this loop; they hand it the
+same four named inputs (Models, Task, Drafting, Schedule) and differ only in the decoders Schedule names. A
+decoder answers `step({slot: (full_ids, extra)})` with each slot's logits after `full_ids` and after each id of
+`extra`, and holds its own KV cache:
 
     one prompt, cache "dynamic" | "static"   runtime.kv.OneRow over runtime.kv.Decoder: transformers' own cache, one
                                               sequence; the slow, obviously correct reference
@@ -72,6 +73,52 @@ class RowDecoder(Protocol):
 MakeDecoder = Callable[[str, object, int, int], RowDecoder]  # (role "target"/"draft", model, rows, capacity)
 
 
+@dataclass(frozen=True)
+class Models:
+    """The pair as the caller gave it (draft and its tokenizer None for an entry that reads no draft model)."""
+
+    target: object
+    target_tokenizer: object
+    draft: object = None
+    draft_tokenizer: object = None
+
+
+@dataclass(frozen=True)
+class Task:
+    """What every row is asked: the algorithm by name, at most k ids proposed a round, how many tokens, how to sample
+    them (params), and the text that ends a row early (stop)."""
+
+    algorithm: str
+    k: int
+    max_new_tokens: int
+    params: SamplingParams
+    stop: str | list[str] | None = None
+
+
+@dataclass(frozen=True)
+class Drafting:
+    """How the draft side reads and proposes: xvocab.generate's draft_confidence, draft_window, draft_encoding,
+    draft_temperature and coupling."""
+
+    confidence: float
+    window: int
+    encoding: str | None
+    temperature: float | None
+    coupling: str
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """How the rows are run: `slots` at once through decoders from `make_decoder`, the round's k from `policy`
+    (None: always k), `on_finish(i, output, seconds)` as row i ends, a progress bar."""
+
+    slots: int
+    make_decoder: MakeDecoder
+    policy: object = None
+    on_finish: Callable | None = None
+    progress: bool = False
+
+
 @dataclass
 class Row:
     """One sequence: its two sides, its generators, what it has emitted and measured."""
@@ -92,85 +139,49 @@ class Row:
     forwards: int = 0         # target forwards this row took part in
 
 
-def decode(prompts: list[str], *, target, target_tokenizer, draft, draft_tokenizer, algorithm: str, k: int,
-           max_new_tokens: int, params: SamplingParams, seeds: list[int], draft_confidence: float, draft_window: int,
-           draft_encoding: str | None, draft_temperature: float | None, coupling: str, stop, slots: int,
-           make_decoder: MakeDecoder, policy=None, on_finish=None, progress: bool = False) -> list[rounds.Output]:
-    """Every prompt continued by `target`, drafted by `draft` through `algorithm`; one Output per prompt, in order.
-    The arguments are xvocab.generate_batch's (`seeds`: one per prompt; `slots`: rows decoded at once)."""
-    stop = check_stop(stop)
+def decode(prompts: list[str], seeds: list[int], *, models: Models, task: Task, drafting: Drafting,
+           schedule: Schedule) -> list[rounds.Output]:
+    """Every prompt continued by the target, drafted through the task's algorithm; one Output per prompt, in order
+    (`seeds`: one per prompt). xvocab.generate and xvocab.generate_batch fill in the four named inputs.
+
+    Around the round: admission of waiting prompts into free slots (and their prefill), the k policy, clocks,
+    stats and progress; the round itself is `play_round`."""
+    stop = check_stop(task.stop)
     for prompt in prompts:
-        rounds.validate(prompt, draft, draft_tokenizer, algorithm, k, max_new_tokens, draft_window, draft_confidence)
+        rounds.validate(prompt, models.draft, models.draft_tokenizer, task.algorithm, task.k, task.max_new_tokens,
+                        drafting.window, drafting.confidence)
     if len(seeds) != len(prompts):
         raise ConfigError(f"{len(seeds)} seeds for {len(prompts)} prompts; pass one seed per prompt, or an int")
     wall0 = time.perf_counter()
-    entry = algorithms.get(algorithm)  # the name resolved once: the round reads the entry
-    speculating = entry.uses_draft
-    pair = prepare(target, target_tokenizer, draft if speculating else None, draft_tokenizer, algorithm=algorithm,
-                   draft_encoding=draft_encoding)  # the tokenizers checked; from here on only the pair reads them
-    device = head_device(target)  # where the target's logits land, and verification runs
-    d_device = head_device(draft) if speculating else device
-    t_prompts = [pair.target_prompt(p) for p in prompts]
-    for ids in t_prompts:
-        pair.check_context(len(ids), max_new_tokens)
-    rows = []
-    for i, (prompt, t_prompt) in enumerate(zip(prompts, t_prompts)):
-        generator = torch.Generator(device=device).manual_seed(seeds[i])
-        # Drafting draws from its own generator on the draft's device (a stream of its own: verification.seeds).
-        draft_generator = (generator if d_device == device
-                           else torch.Generator(device=d_device).manual_seed(draft_seed(seeds[i])))
-        t_side = Side(pair.target_codec, t_prompt)
-        d_side = Side(pair.draft_codec, pair.draft_prompt(prompt, draft_window)) if speculating else t_side
-        ctx = DraftContext(t_side, d_side, rounds.draft_params(params, draft_temperature), draft_generator,
-                           pair.same_vocab, pair.tables, draft_confidence,
-                           tape=rounds.noise_tape(coupling, algorithm, params, seeds[i], target, device))
-        rows.append(Row(i, t_side, d_side, ctx, generator, Stats(k=k), entry.proposes))
+    entry = algorithms.get(task.algorithm)  # the name resolved once: the round reads the entry
+    pair = prepare(models.target, models.target_tokenizer, models.draft if entry.uses_draft else None,
+                   models.draft_tokenizer, algorithm=task.algorithm,
+                   draft_encoding=drafting.encoding)  # the tokenizers checked; from here on only the pair reads them
+    rows = _rows(prompts, seeds, models, task, drafting, entry, pair)
+    slots, policy, k, max_new_tokens = schedule.slots, schedule.policy, task.k, task.max_new_tokens
     # The target never holds more than prompt + max_new_tokens - 1 + k + 1 positions; a draft's text can take more
     # tokens than the target's.
-    t_dec = make_decoder("target", target, slots, max(map(len, t_prompts)) + max_new_tokens + k)
-    d_dec = (make_decoder("draft", draft, slots, max(len(r.d_side.prompt) for r in rows) + 2 * (max_new_tokens + k))
-             if speculating else None)
+    t_dec = schedule.make_decoder("target", models.target, slots,
+                                  max(len(r.t_side.prompt) for r in rows) + max_new_tokens + k)
+    d_dec = (schedule.make_decoder("draft", models.draft, slots,
+                                   max(len(r.d_side.prompt) for r in rows) + 2 * (max_new_tokens + k))
+             if entry.uses_draft else None)
     end_rule = pair.stop_rule(stop)
-    bar = _bar(progress, len(prompts) * max_new_tokens)
+    bar = _bar(schedule.progress, len(prompts) * max_new_tokens)
     waiting, free = list(rows), list(range(slots))
     while waiting or any(r.slot is not None for r in rows):
-        admitted = []
-        while waiting and free:
-            r = waiting.pop(0)
-            # the first `slots` rows start with the call (as one prompt's decode does); later ones with their slot
-            r.slot, r.start = free.pop(0), wall0 if r.index < slots else time.perf_counter()
-            r.fed = _slot_counts(r.slot, t_dec, d_dec)
-            admitted.append(r)
-        if admitted:
-            # Prefill the newcomers in forwards of their own: inside a round, a prompt would pad every other
-            # row's few tokens to its length (a ragged forward is as wide as its longest row). A decoder keeps
-            # each prompt's last logits, so the first step after reads them without a forward (a one-row decoder
-            # folds the prompt into its first step instead: the same forwards counted either way, tested).
-            t_dec.prefill({r.slot: (r.t_side.full(), []) for r in admitted})
-            if d_dec is not None:  # (a draft prompt past the draft's context is left to draft_in_lockstep)
-                d_dec.prefill({r.slot: (r.d_side.full(), []) for r in admitted
-                               if r.drafting and (d_dec.limit is None or len(r.d_side.full()) <= d_dec.limit)})
+        _admit(waiting, free, slots, wall0, t_dec, d_dec)
         live = [r for r in rows if r.slot is not None]
         round_start = time.perf_counter()
         k_round = policy.choose(k, len(live)) if policy is not None else k
-        proposals = _draft_round(live, entry.draft, k_round, max_new_tokens, d_dec)
-        t_start = time.perf_counter()
-        logits = t_dec.step({r.slot: (r.t_side.full(), proposals[r.index].ids) for r in live})  # [n + 1, V] each
-        now = time.perf_counter()
-        accepted = []
-        for r in live:
-            proposal = proposals[r.index]
+        played = play_round(live, entry.draft, k_round, task, pair, end_rule, t_dec, d_dec)
+        for v in played.rows:
+            r = v.row
             r.forwards += 1
-            n_acc, nxt = rounds.verify_proposal(logits[r.slot], proposal, params, r.generator, r.ctx.tape,
-                                                position=len(r.out))
-            accepted.append((len(proposal.ids), n_acc))
-            r.stats.record_step(len(proposal.ids), n_acc, first_token=not r.out, now=now - r.start,
-                                from_context=proposal.from_context)
-            new, finished = commit(r.out, proposal.ids[:n_acc] + [nxt], max_new_tokens=max_new_tokens,
-                                   stop=end_rule, t_side=r.t_side, d_side=r.d_side, ctx=r.ctx,
-                                   same_vocab=pair.same_vocab, drafting=r.drafting)
-            bar.update(len(new))
-            if finished:
+            r.stats.record_step(len(v.proposal.ids), v.accepted, first_token=v.first, now=played.verified_at - r.start,
+                                from_context=v.proposal.from_context)
+            bar.update(len(v.new))
+            if v.finished:
                 r.wall = time.perf_counter() - r.start
                 output = _finish(r, t_dec, d_dec, pair)
                 t_dec.drop(r.slot)
@@ -179,13 +190,104 @@ def decode(prompts: list[str], *, target, target_tokenizer, draft, draft_tokeniz
                 free.append(r.slot)
                 free.sort()
                 r.slot = None
-                if on_finish is not None:
-                    on_finish(r.index, output, time.perf_counter() - wall0)
+                if schedule.on_finish is not None:
+                    schedule.on_finish(r.index, output, time.perf_counter() - wall0)
         if policy is not None:
-            policy.observe(k_round, len(live), accepted, verify_seconds=now - t_start,
+            policy.observe(k_round, len(live), [(len(v.proposal.ids), v.accepted) for v in played.rows],
+                           verify_seconds=played.verified_at - played.verify_start,
                            round_seconds=time.perf_counter() - round_start, rows=[r.index for r in live])
     bar.close()
     return [r.output for r in rows]
+
+
+@dataclass
+class Verified:
+    """One row's part of a round: what was proposed, how many ids were accepted, what was committed, whether the
+    row ended, and whether these were its first tokens."""
+
+    row: Row
+    proposal: Proposal
+    accepted: int
+    new: list[int]
+    finished: bool
+    first: bool
+
+
+@dataclass
+class Played:
+    """A round's rows, in `live`'s order, and when its one target forward began and ended (perf_counter)."""
+
+    rows: list[Verified]
+    verify_start: float
+    verified_at: float
+
+
+def play_round(live: list[Row], draft: Callable, k: int, task: Task, pair: Pair, end_rule, t_dec, d_dec) -> Played:
+    """One round over the live rows, top to bottom:
+      draft   every row's proposal, at most k ids, the draft forwards batched across rows (`_draft_round`);
+      verify  ONE target forward over every row's committed ids and proposal, then each row's proposal verified
+              with its own generator (rounds.verify_proposal): the accepted prefix and the target's own next id;
+      commit  the accepted ids and that id appended (commit.py: cut at EOS, a stop string or max_new_tokens; the
+              draft side re-synced to the new text). The ids verified and not accepted are the rewind: each
+              decoder keeps the prefix its next step shares with the committed ids."""
+    proposals = _draft_round(live, draft, k, task.max_new_tokens, d_dec)
+    verify_start = time.perf_counter()
+    logits = t_dec.step({r.slot: (r.t_side.full(), proposals[r.index].ids) for r in live})  # [n + 1, V] each
+    verified_at = time.perf_counter()
+    out = []
+    for r in live:
+        proposal = proposals[r.index]
+        n_acc, nxt = rounds.verify_proposal(logits[r.slot], proposal, task.params, r.generator, r.ctx.tape,
+                                            position=len(r.out))
+        first = not r.out
+        new, finished = commit(r.out, proposal.ids[:n_acc] + [nxt], max_new_tokens=task.max_new_tokens,
+                               stop=end_rule, t_side=r.t_side, d_side=r.d_side, ctx=r.ctx,
+                               same_vocab=pair.same_vocab, drafting=r.drafting)
+        out.append(Verified(r, proposal, n_acc, new, finished, first))
+    return Played(out, verify_start, verified_at)
+
+
+def _rows(prompts: list[str], seeds: list[int], models: Models, task: Task, drafting: Drafting, entry,
+          pair: Pair) -> list[Row]:
+    """One Row per prompt: its target and draft sides (the draft's prompt cut to the window), its generators (the
+    draft's on the draft's device: a stream of its own, verification.seeds), its noise tape."""
+    device = head_device(models.target)  # where the target's logits land, and verification runs
+    d_device = head_device(models.draft) if entry.uses_draft else device
+    rows = []
+    for i, prompt in enumerate(prompts):
+        t_prompt = pair.target_prompt(prompt)
+        pair.check_context(len(t_prompt), task.max_new_tokens)
+        generator = torch.Generator(device=device).manual_seed(seeds[i])
+        draft_generator = (generator if d_device == device
+                           else torch.Generator(device=d_device).manual_seed(draft_seed(seeds[i])))
+        t_side = Side(pair.target_codec, t_prompt)
+        d_side = Side(pair.draft_codec, pair.draft_prompt(prompt, drafting.window)) if entry.uses_draft else t_side
+        ctx = DraftContext(t_side, d_side, rounds.draft_params(task.params, drafting.temperature), draft_generator,
+                           pair.same_vocab, pair.tables, drafting.confidence,
+                           tape=rounds.noise_tape(drafting.coupling, task.algorithm, task.params, seeds[i],
+                                                  models.target, device))
+        rows.append(Row(i, t_side, d_side, ctx, generator, Stats(k=task.k), entry.proposes))
+    return rows
+
+
+def _admit(waiting: list[Row], free: list[int], slots: int, wall0: float, t_dec, d_dec) -> None:
+    """Waiting rows into free slots, prefilled in forwards of their own: inside a round, a prompt would pad every
+    other row's few tokens to its length (a ragged forward is as wide as its longest row). A decoder keeps each
+    prompt's last logits, so the first step after reads them without a forward (a one-row decoder folds the prompt
+    into its first step instead: the same forwards counted either way, tested)."""
+    admitted = []
+    while waiting and free:
+        r = waiting.pop(0)
+        # the first `slots` rows start with the call (as one prompt's decode does); later ones with their slot
+        r.slot, r.start = free.pop(0), wall0 if r.index < slots else time.perf_counter()
+        r.fed = _slot_counts(r.slot, t_dec, d_dec)
+        admitted.append(r)
+    if not admitted:
+        return
+    t_dec.prefill({r.slot: (r.t_side.full(), []) for r in admitted})
+    if d_dec is not None:  # (a draft prompt past the draft's context is left to draft_in_lockstep)
+        d_dec.prefill({r.slot: (r.d_side.full(), []) for r in admitted
+                       if r.drafting and (d_dec.limit is None or len(r.d_side.full()) <= d_dec.limit)})
 
 
 def _slot_counts(slot: int, t_dec, d_dec) -> tuple[int, int, int]:
