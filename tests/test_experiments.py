@@ -803,3 +803,28 @@ def test_the_bench_report_says_how_many_proposed_ids_came_from_the_context():
                                                                            context_accepted=0)]
     assert _from_context(rows) == "12 of 50 (9)"
     assert _from_context([dict(proposed=None)]) == "—"
+
+
+def test_the_bench_figure_takes_each_variant_against_the_ar_of_its_own_group(tmp_path):
+    """vllm.bench's ratios pair each decode with its own group's ar on the same prompt (groups run minutes apart,
+    and vLLM's ar drifts between them); a variant run in two groups pools its prompts. Control: against the other
+    group's ar the ratio is another number. The combined figure draws one panel per run directory."""
+    pytest.importorskip("matplotlib")
+    from experiments.vllm.bench import combined_figure, ratios_by_variant
+
+    def rec(group, variant, prompt, tokens, seconds, tau=1.0):
+        return dict(group=group, run="r", variant=variant, prompt=prompt, token_ids=[1] * tokens, seconds=seconds,
+                    tau=tau, settings=dict(dataset="code_edit", threads=2, dtype="bfloat16", target="t", k=4),
+                    cpu="a CPU", git_revision="abc")
+
+    rows = [rec(0, "ar", "p0", 10, 1.0), rec(0, "ngram", "p0", 10, 0.5, 3.0),
+            rec(1, "ar", "p0", 10, 2.0), rec(1, "lookup_slem:d", "p0", 10, 0.5, 4.0),
+            rec(1, "ar", "p1", 10, 2.0), rec(1, "lookup_slem:d", "p1", 10, 1.0, 2.0)]
+    for r in rows:
+        records.append(tmp_path / "records.jsonl", r)
+    got = ratios_by_variant(tmp_path)
+    assert got["ngram"] == ((2.0, 2.0, 2.0), 3.0)
+    assert got["lookup_slem:d"][0][1] == 3.0 and got["lookup_slem:d"][1] == 3.0  # median of 4x and 2x; mean tau
+    assert got["ngram"][0][1] != (10 / 0.5) / (10 / 2.0)  # (the control: group 1's ar would make it 4x)
+    combined_figure([tmp_path, tmp_path], tmp_path / "all.png")
+    assert (tmp_path / "all.png").stat().st_size > 0

@@ -1,1 +1,2 @@
-"""Checks over many cases: losslessness over tokenizer pairs, other libraries' sampling, the import graph; experiments/README.md."""
+"""Checks over many cases: losslessness over tokenizer pairs, other libraries' sampling, the import graph;
+experiments/README.md."""

@@ -1,5 +1,5 @@
-"""`python -m experiments.checks.import_graph`: the project's module graph as a reader meets it: rooms, floors, cycles, and
-where an algorithm's name travels.
+"""`python -m experiments.checks.import_graph`: the project's module graph as a reader meets it: rooms, floors,
+cycles, and where an algorithm's name travels.
 
 What: every import in xvocab/, experiments/ and paper_figs/ (function-level ones too) read from the source (`graph`);
 `ROOMS` declares the order of the library's rooms and `room_violations` lists every import against it;

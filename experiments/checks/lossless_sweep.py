@@ -1,5 +1,5 @@
-"""`python -m experiments.checks.lossless_sweep [--families A B ...] [--offsets 1 7] [--sampling]`: losslessness over many
-tokenizer pairs.
+"""`python -m experiments.checks.lossless_sweep [--families A B ...] [--offsets 1 7] [--sampling]`: losslessness over
+many tokenizer pairs.
 
 What: every zoo tokenizer family (or those named) as the target's, each paired with the families `offsets` places
 after it in the list as the draft's. Each pair is checked with two tiny random drafts (`greedy_drafts`): the

@@ -233,9 +233,15 @@ def main(argv=None) -> None:
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--out", default="runs/vllm_bench/bf16")
     parser.add_argument("--report", metavar="DIR", help="print and write the table of DIR's records, then exit")
+    parser.add_argument("--combine", nargs="+", metavar=("PNG", "DIR"), help="one figure of several runs (a dataset\n"
+                        "each): --combine OUT.png DIR [DIR ...], then exit")
     args = parser.parse_args(argv)
     if args.report:
         return report(Path(args.report))
+    if args.combine:
+        if len(args.combine) < 2:
+            raise SystemExit("--combine OUT.png DIR [DIR ...]: name the figure, then at least one run directory")
+        return combined_figure([Path(d) for d in args.combine[1:]], Path(args.combine[0]))
     if args.groups:
         args.groups = [g.split("+") for g in args.groups]
         args.variants = list(dict.fromkeys(v for g in args.groups for v in g))
@@ -467,6 +473,63 @@ def _from_context(rs: list[dict]) -> str:
             f"({sum(r['context_accepted'] for r in counted)})")
 
 
+def ratios_by_variant(out: Path) -> dict[str, tuple[tuple[float, float, float], float]]:
+    """{variant: ((q1, median, q3) of its per-prompt tokens/s over its group's vLLM ar, mean tau)} for one run's
+    records (a variant run in several groups: its prompts pooled, each against its own group's ar)."""
+    from xvocab.measure import records
+
+    rows = [r for r in records.read(out / "records.jsonl") if not r.get("failed")]
+    ar = {(_group(r), r["prompt"]): len(r["token_ids"]) / r["seconds"] for r in rows if r["variant"] == "ar"}
+    per: dict[str, list] = {}
+    for r in rows:
+        if r["variant"] != "ar" and (_group(r), r["prompt"]) in ar:
+            per.setdefault(r["variant"], []).append((len(r["token_ids"]) / r["seconds"] / ar[_group(r), r["prompt"]],
+                                                     r["tau"]))
+    return {v: (sidebyside.spread([x for x, _ in xs]), sum(t for _, t in xs) / len(xs)) for v, xs in per.items()}
+
+
+def combined_figure(dirs: list[Path], path: Path) -> None:
+    """One panel per run directory (a dataset each): every variant's per-prompt median speed over vLLM's ar of its
+    group, whiskers at the quartiles, tau beside it; the same variants in the same order in every panel."""
+    import textwrap
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from xvocab.measure import records
+
+    runs = [(d, ratios_by_variant(d)) for d in dirs]
+    order = list(dict.fromkeys(v for _, got in runs for v in got))
+    short = {v: v.replace("qwen2.5-coder-1.5b-drafter-deepseek-coder-aligned-v4", "v4 drafter") for v in order}
+    fig, axes = plt.subplots(1, len(runs), figsize=(4.2 * len(runs), 1.4 + 0.4 * len(order)), sharey=True,
+                             squeeze=False)
+    y = list(range(len(order)))[::-1]
+    for ax, (d, got) in zip(axes[0], runs):
+        first = records.read(d / "records.jsonl")[0]
+        for yy, v in zip(y, order):
+            if v not in got:
+                continue
+            (q1, med, q3), tau = got[v]
+            ax.barh(yy, med, color="#4c72b0" if v.split(":")[0] in served() else "#999999",
+                    xerr=[[med - q1], [q3 - med]], error_kw=dict(ecolor="black", elinewidth=0.8, capsize=2))
+            ax.text(q3 + 0.05, yy, f"{med:.2f}x  tau {tau:.2f}", va="center", fontsize=7)
+        ax.axvline(1.0, color="black", linewidth=0.8)
+        ax.set_xlim(0, max((g[0][2] for g in got.values()), default=1.0) * 1.45)
+        ax.set_title(first["settings"].get("dataset", "humaneval"), fontsize=9)
+        ax.set_xlabel("tokens/s over vLLM's ar, per-prompt median", fontsize=7)
+    axes[0][0].set_yticks(y, [short[v] for v in order], fontsize=7)
+    first = records.read(dirs[0] / "records.jsonl")[0]
+    caption = (f"{first['cpu']}, {first['settings']['threads']} threads, {first['settings']['dtype']}, target "
+               f"{first['settings']['target']}, k = {first['settings']['k']}, batch 1, every engine warmed; blue: "
+               f"xvocab's proposer inside vLLM, grey: vLLM's own methods; git {first['git_revision']}")
+    fig.suptitle("\n".join(textwrap.wrap(caption, 40 * len(runs))), fontsize=7, x=0.01, ha="left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+
+
 def _mode(rows: list, run: str) -> str:
     """How one invocation timed its variants: engines held together and interleaved per prompt, or one at a time."""
     mine = [r for r in rows if r.get("run", "") == run]
@@ -506,7 +569,8 @@ def _figure(out: Path, bars: list, caption: str) -> None:
     ax.axvline(1.0, color="black", linewidth=0.8)
     for yy, m, hi, b in zip(y, med, q3, bars):
         ax.text(hi + 0.03, yy, f"{m:.2f}x  tau {b[2]:.2f}", va="center", fontsize=8)
-    ax.set_xlabel("tokens/s over vLLM's ar of the same group, per-prompt median (whiskers: quartiles)\n"
+    ax.set_xlabel("tokens/s over vLLM's ar of the same group (or the variant named after 'vs'), per-prompt median "
+                  "(whiskers: quartiles)\n"
                   "blue: xvocab's proposer inside vLLM; grey: vLLM's own methods and xvocab's loop", fontsize=8)
     ax.set_xlim(0, max(q3, default=1.0) * 1.3)
     ax.set_title("\n".join(textwrap.wrap(caption, 110)), fontsize=7, loc="left")
