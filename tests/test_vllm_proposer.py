@@ -526,6 +526,34 @@ def test_the_load_policy_fixed_lengths_and_vllms_scheduled_length_bound_what_is_
         Proposer(vllm_config(target_dir, draft=str(draft_dir), draft_lengths={"1": 9}))
 
 
+REPEATING = ["for i in range(n):\n    x = f(i)\nfor j in range(n):\n    y = f(", "a b c a b c a b"]
+
+
+@pytest.mark.parametrize("algorithm", ["lookup_slem", "slem"])
+def test_where_the_policy_steps_aside_from_drafting_free_lookups_still_propose_and_output_stays_exact(pairs, algorithm):
+    """An entry's free proposals (Algorithm.free_draft: lookup_slem's context run, no forward) still run on the steps
+    the load policy steps aside from drafting (here: at every batch size), within vLLM's length; no draft forward
+    runs and greedy output equals ar. Control: slem, which has none, proposes nothing under the same lengths."""
+    target_dir, draft_dir = pairs[PAIRS[0]]
+    target, tt = xvocab.zoo.model(str(target_dir))
+    prompts = [prompt_ids(tt, p) for p in REPEATING]
+    want = {r: xvocab.generate(p, target=target, target_tokenizer=tt, algorithm="ar", max_new_tokens=16).token_ids
+            for r, p in enumerate(REPEATING)}
+    proposer = Proposer(vllm_config(target_dir, draft=str(draft_dir), algorithm=algorithm, draft_lengths={"1": 0}))
+    out, _ = run_engine(proposer, target, prompts, 16, identity=True)
+    assert out == want
+    stats = proposer.stats()
+    assert stats["skipped"]["policy_off"] > 0 and stats["draft_forwards"] == 0
+    if algorithm == "lookup_slem":
+        assert stats["context_proposed"] == stats["proposed_tokens"] > 0 and stats["accepted"] > 0
+    else:
+        assert stats["proposed_tokens"] == 0
+    # vLLM's own length of 0 for the step: nothing at all, free proposals included
+    proposer = Proposer(vllm_config(target_dir, draft=str(draft_dir), algorithm=algorithm, draft_lengths={"1": 0}))
+    assert run_engine(proposer, target, prompts, 16, identity=True, num_spec=0)[0] == want
+    assert proposer.stats()["proposed_tokens"] == 0
+
+
 def record_longest_proposal(proposer) -> list[int]:
     """[the longest proposal `proposer.propose` returns from now on], kept up to date."""
     longest, propose = [0], proposer.propose

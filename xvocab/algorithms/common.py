@@ -171,6 +171,9 @@ class Algorithm:
     #                                (the suite plants its verification kind's own: tests/test_distributions.py)
     control_case: str = "outside"  # which of CONTROL_CASES shows the bug (where the algorithm itself must pass)
     in_vllm: bool = False          # served by xvocab.vllm's proposer (greedy drafting: point proposals)
+    free_draft: Callable | None = None  # free_draft(ctx, k) -> Proposal: what it proposes without any forward (a
+    #                                lookup in the context; empty where it would draft), consulted by xvocab.vllm's
+    #                                proposer on the steps its load policy steps aside from drafting
 
     def __post_init__(self):
         if self.verification not in VERIFICATIONS:

@@ -19,7 +19,8 @@ emitted token is the target's own choice, whichever source proposed it. The dist
 where both sources propose, tests it against the exact law with exact match's planted bug as the control.
 Inside vLLM (`algorithm: lookup_slem` in xvocab.vllm's settings) the same drafter runs per request, its context
 index kept with the request's view (a round costs O(new ids), whatever the context's length), and vLLM's rejection
-sampler verifies the point proposals as it verifies its own `ngram` method's.
+sampler verifies the point proposals as it verifies its own `ngram` method's. On steps where the proposer's load
+policy steps aside from drafting (the draft measured not to pay), step 1 still runs (`trusted_run`: no forward).
 """
 from __future__ import annotations
 
@@ -29,10 +30,17 @@ from xvocab.algorithms.common import Algorithm, DraftContext, Proposal
 TRUST_N = 3  # a recurring suffix this long or longer is trusted over the draft (lookup.MAX_N at most)
 
 
-def draft(ctx: DraftContext, k: int) -> Proposal:
+def trusted_run(ctx: DraftContext, k: int) -> Proposal:
+    """Step 1 alone: the context's run where its last TRUST_N or more ids recur, else the empty proposal. No
+    forward; a server that steps aside from drafting still proposes it (Algorithm.free_draft)."""
     n, run = lookup.context_match(ctx, k)
-    if n >= TRUST_N and run:
-        return Proposal(run, None, from_context=len(run))
+    return Proposal(run, None, from_context=len(run)) if n >= TRUST_N and run else Proposal([])
+
+
+def draft(ctx: DraftContext, k: int) -> Proposal:
+    trusted = trusted_run(ctx, k)
+    if trusted.ids:
+        return trusted
     proposal = yield from slem.draft(ctx, k)
     ids = list(proposal.ids)
     if not 0 < len(ids) < k or ids[-1] in ctx.maps.roles.values():  # (a proposed EOS is never continued)
@@ -41,7 +49,7 @@ def draft(ctx: DraftContext, k: int) -> Proposal:
     return Proposal(ids + rest, None, from_context=len(rest))
 
 
-ALGORITHM = Algorithm("lookup_slem", draft, verification="exact", couples=True, in_vllm=True,
+ALGORITHM = Algorithm("lookup_slem", draft, verification="exact", couples=True, in_vllm=True, free_draft=trusted_run,
                       summary="the context's run where its last 3-4 ids recur, else SLEM's draft, which a run the "
                               "context has seen may finish (prompt lookup and the cross-vocabulary draft in one)",
                       control="every proposal accepted without the target's own draw", control_case="repeats")

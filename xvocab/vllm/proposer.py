@@ -117,6 +117,7 @@ class Proposer:
         check_verification(vllm_config.speculative_config)
         self.settings = s = Settings.from_vllm_config(vllm_config)
         self._draft = algorithms.get(s.algorithm).draft  # the entry's drafter, resolved once
+        self._free_draft = algorithms.get(s.algorithm).free_draft  # what it proposes with no forward, or None
         self.vllm_config = vllm_config
         model_config = vllm_config.model_config
         self.max_model_len = int(model_config.max_model_len)
@@ -269,9 +270,12 @@ class Proposer:
             clean = (len(members) == len(self._last_members) and not self._prefilled
                      and all(a is b for a, b in zip(members, self._last_members)))
             self.policy.observe(len(live), emitted, start - self._last_start, clean)
-        k_step = self.policy.choose(len(live))
-        if batch is not None and batch.num_spec is not None:
-            k_step = min(k_step, batch.num_spec)  # vLLM's own length for this step (its per-batch-size lengths)
+        k_policy = self.policy.choose(len(live))
+        k_vllm = batch.num_spec if batch is not None and batch.num_spec is not None else s.k  # vLLM's own length
+        k_step = min(k_policy, k_vllm)  # for this step (its per-batch-size lengths)
+        # where the policy steps aside from drafting, an entry's free proposals (no forward: a lookup) still run,
+        # within vLLM's length: the policy's 0 is "no draft forwards", and it measures that arm with them
+        k_free = k_vllm if k_policy == 0 and self._free_draft is not None else 0
         self._last_start, self._last_members = start, members
         if k_step == 0:
             skipped["policy_off"] += len(slots)
@@ -290,6 +294,14 @@ class Proposer:
             room[slot] = min(k_step, self.max_model_len - int(num_tokens_no_spec[i]) - 1)  # vLLM holds k ids a row
             if room[slot] <= 0:  # stepping aside (the policy's 0, vLLM's length) or no room: no draft work at all
                 skipped["no_room"] += k_step > 0
+                free = min(k_free, self.max_model_len - int(num_tokens_no_spec[i]) - 1)
+                if free > 0:
+                    try:
+                        self._record(out, i, slot, self._free_draft(view.ctx, free), free)
+                    except Exception as err:
+                        self._drop_row(slot, i, batch)
+                        self._warn("free drafting", err)
+                        skipped["failed"] += 1
                 continue
             try:
                 sync_draft(view)  # the draft side follows the committed text only when it is about to draft
@@ -321,20 +333,25 @@ class Proposer:
             self._warn("drafting", err)
             skipped["failed"] += 1
         for slot, proposal in drafted.proposals.items():
-            if slot in drafted.failed:
-                continue
-            # SLEM's re-tokenized text can take more target ids than draft steps: a prefix is still a proposal.
-            ids = [int(t) for t in proposal.ids[:room[slot]] if 0 <= int(t) < self.target_vocab]
-            ids = ids if len(ids) == len(proposal.ids[:room[slot]]) else []  # (an id vLLM cannot hold: none at all)
-            out[row_of[slot]] = ids
-            view = self.slots.views[slot]
-            view.proposed, view.proposed_at = len(ids), c["steps"]
-            view.from_context = max(0, proposal.from_context - (len(proposal.ids) - len(ids))) if ids else 0
-            c["context_proposed"] += view.from_context
-            c["proposals"] += bool(ids)
-            c["proposed_tokens"] += len(ids)
+            if slot not in drafted.failed:
+                self._record(out, row_of[slot], slot, proposal, room[slot])
         c["rows"] += len(calls)
         return out
+
+    def _record(self, out: list, i: int, slot: int, proposal, room: int) -> None:
+        """Row i's proposal, cut to `room` ids, as vLLM takes it, and remembered on the slot's view (its acceptance is
+        read off the next step's sampled ids)."""
+        c = self.counts
+        # SLEM's re-tokenized text can take more target ids than draft steps: a prefix is still a proposal.
+        ids = [int(t) for t in proposal.ids[:room] if 0 <= int(t) < self.target_vocab]
+        ids = ids if len(ids) == len(proposal.ids[:room]) else []  # (an id vLLM cannot hold: none at all)
+        out[i] = ids
+        view = self.slots.views[slot]
+        view.proposed, view.proposed_at = len(ids), c["steps"]
+        view.from_context = max(0, proposal.from_context - (len(proposal.ids) - len(ids))) if ids else 0
+        c["context_proposed"] += view.from_context
+        c["proposals"] += bool(ids)
+        c["proposed_tokens"] += len(ids)
 
     def _by_identity(self, batch: RunnerBatch, live, sampled_token_ids, num_tokens_no_spec, token_ids_cpu):
         """{row: slot} by vLLM's request ids: a request keeps its row while it stays in vLLM's batch; only the ids
