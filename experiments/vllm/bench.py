@@ -39,6 +39,7 @@ xvocab's proposer and loop how many proposed ids came from the context (lookup) 
 
     .venv-vllm/bin/python -m experiments.vllm.bench --dtype bfloat16 --prompts 20 --out runs/vllm_bench/bf16
     .venv-vllm/bin/python -m experiments.vllm.bench --report runs/vllm_bench/bf16
+    .venv-vllm/bin/python -m experiments.vllm.bench --combine all.png runs/x/code_edit runs/x/humaneval  # a panel each
 """
 from __future__ import annotations
 
