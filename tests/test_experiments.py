@@ -822,7 +822,7 @@ def test_the_bench_figure_takes_each_variant_against_the_ar_of_its_own_group(tmp
             rec(1, "ar", "p1", 10, 2.0), rec(1, "lookup_slem:d", "p1", 10, 1.0, 2.0)]
     for r in rows:
         records.append(tmp_path / "records.jsonl", r)
-    got = ratios_by_variant(tmp_path)
+    got = ratios_by_variant(records.read(tmp_path / "records.jsonl"))
     assert got["ngram"] == ((2.0, 2.0, 2.0), 3.0)
     assert got["lookup_slem:d"][0][1] == 3.0 and got["lookup_slem:d"][1] == 3.0  # median of 4x and 2x; mean tau
     assert got["ngram"][0][1] != (10 / 0.5) / (10 / 2.0)  # (the control: group 1's ar would make it 4x)

@@ -117,7 +117,7 @@ def _value(text: str):
 
 
 def _engine(spec: str, args) -> tuple:
-    """(generate(prompt_ids, text) -> record fields, model or None) for a variant, built once in its worker."""
+    """run(prompt_ids, text, seed) -> a record's fields, for a variant, its models built once in its worker."""
     import torch
 
     import xvocab
@@ -134,7 +134,7 @@ def _engine(spec: str, args) -> tuple:
         algorithm = kind.removeprefix("xvocab-")
 
         def run(ids, text, seed):
-            kw = dict(draft=d_model, draft_tokenizer=dt) if d_model is not None else {}
+            kw = algorithms.draft_arguments(algorithm, d_model, dt)
             start = time.perf_counter()
             out = xvocab.generate(text, target=target, target_tokenizer=tt, algorithm=algorithm, k=k,
                                   max_new_tokens=args.max_new_tokens, stop=stop or None,
@@ -474,12 +474,10 @@ def _from_context(rs: list[dict]) -> str:
             f"({sum(r['context_accepted'] for r in counted)})")
 
 
-def ratios_by_variant(out: Path) -> dict[str, tuple[tuple[float, float, float], float]]:
+def ratios_by_variant(rows: list[dict]) -> dict[str, tuple[tuple[float, float, float], float]]:
     """{variant: ((q1, median, q3) of its per-prompt tokens/s over its group's vLLM ar, mean tau)} for one run's
     records (a variant run in several groups: its prompts pooled, each against its own group's ar)."""
-    from xvocab.measure import records
-
-    rows = [r for r in records.read(out / "records.jsonl") if not r.get("failed")]
+    rows = [r for r in rows if not r.get("failed")]
     ar = {(_group(r), r["prompt"]): len(r["token_ids"]) / r["seconds"] for r in rows if r["variant"] == "ar"}
     per: dict[str, list] = {}
     for r in rows:
@@ -501,14 +499,14 @@ def combined_figure(dirs: list[Path], path: Path) -> None:
 
     from xvocab.measure import records
 
-    runs = [(d, ratios_by_variant(d)) for d in dirs]
+    read = [records.read(d / "records.jsonl") for d in dirs]
+    runs = [(rows[0], ratios_by_variant(rows)) for rows in read]
     order = list(dict.fromkeys(v for _, got in runs for v in got))
     short = {v: v.replace("qwen2.5-coder-1.5b-drafter-deepseek-coder-aligned-v4", "v4 drafter") for v in order}
     fig, axes = plt.subplots(1, len(runs), figsize=(4.2 * len(runs), 1.4 + 0.4 * len(order)), sharey=True,
                              squeeze=False)
     y = list(range(len(order)))[::-1]
-    for ax, (d, got) in zip(axes[0], runs):
-        first = records.read(d / "records.jsonl")[0]
+    for ax, (first, got) in zip(axes[0], runs):
         for yy, v in zip(y, order):
             if v not in got:
                 continue
@@ -521,7 +519,7 @@ def combined_figure(dirs: list[Path], path: Path) -> None:
         ax.set_title(first["settings"].get("dataset", "humaneval"), fontsize=9)
         ax.set_xlabel("tokens/s over vLLM's ar, per-prompt median", fontsize=7)
     axes[0][0].set_yticks(y, [short[v] for v in order], fontsize=7)
-    first = records.read(dirs[0] / "records.jsonl")[0]
+    first = runs[0][0]
     caption = (f"{first['cpu']}, {first['settings']['threads']} threads, {first['settings']['dtype']}, target "
                f"{first['settings']['target']}, k = {first['settings']['k']}, batch 1, every engine warmed; blue: "
                f"xvocab's proposer inside vLLM, grey: vLLM's own methods; git {first['git_revision']}")

@@ -35,7 +35,7 @@ class Stats:
         self.proposed.append(n_proposed)
         self.accepted.append(n_accepted)
         self.context_proposed += from_context
-        self.context_accepted += max(0, n_accepted - (n_proposed - from_context))
+        self.context_accepted += accepted_from_context(n_proposed, n_accepted, from_context)
         if first_token:
             self.ttft_seconds = now
 
@@ -89,3 +89,9 @@ class Stats:
                 "tpot_seconds": self.tpot_seconds, "tokens_per_second": self.tokens_per_second,
                 "align_seconds": self.align_seconds, "context_proposed": self.context_proposed,
                 "context_accepted": self.context_accepted}
+
+
+def accepted_from_context(n_proposed: int, n_accepted: int, from_context: int) -> int:
+    """Of a proposal's `n_accepted` accepted ids, those among its last `from_context` (looked up in the context):
+    acceptance is a prefix, so they are the accepted ids past the drafted part."""
+    return max(0, n_accepted - (n_proposed - from_context))

@@ -53,6 +53,7 @@ from xvocab.decode.loop import draft_in_lockstep
 from xvocab.decode.pair import prepare_for_target
 from xvocab.errors import ConfigError, XVocabError
 from xvocab.measure.records import write_atomic
+from xvocab.measure.stats import accepted_from_context
 from xvocab.runtime.batch_kv import BatchDecoder
 from xvocab.vllm import budget, kernels, repairs
 from xvocab.vllm.policy import StepPolicy
@@ -116,8 +117,8 @@ class Proposer:
         check_runner(vllm_config)
         check_verification(vllm_config.speculative_config)
         self.settings = s = Settings.from_vllm_config(vllm_config)
-        self._draft = algorithms.get(s.algorithm).draft  # the entry's drafter, resolved once
-        self._free_draft = algorithms.get(s.algorithm).free_draft  # what it proposes with no forward, or None
+        entry = algorithms.get(s.algorithm)  # resolved once: its drafter, and what it proposes with no forward
+        self._draft, self._free_draft = entry.draft, entry.free_draft
         self.vllm_config = vllm_config
         model_config = vllm_config.model_config
         self.max_model_len = int(model_config.max_model_len)
@@ -287,14 +288,15 @@ class Proposer:
                 accepted = len(sampled_token_ids[i]) - 1  # vLLM samples the accepted proposals, then one of its own
                 c["drafts"] += 1
                 c["accepted"] += accepted
-                c["context_accepted"] += max(0, accepted - (view.proposed - view.from_context))
+                c["context_accepted"] += accepted_from_context(view.proposed, accepted, view.from_context)
                 for j in range(min(accepted, s.k)):
                     c["accepted_per_position"][j] += 1
             view.proposed = 0
-            room[slot] = min(k_step, self.max_model_len - int(num_tokens_no_spec[i]) - 1)  # vLLM holds k ids a row
+            space = self.max_model_len - int(num_tokens_no_spec[i]) - 1  # vLLM holds k ids a row
+            room[slot] = min(k_step, space)
             if room[slot] <= 0:  # stepping aside (the policy's 0, vLLM's length) or no room: no draft work at all
                 skipped["no_room"] += k_step > 0
-                free = min(k_free, self.max_model_len - int(num_tokens_no_spec[i]) - 1)
+                free = min(k_free, space)
                 if free > 0:
                     try:
                         self._record(out, i, slot, self._free_draft(view.ctx, free), free)
@@ -342,13 +344,13 @@ class Proposer:
         """Row i's proposal, cut to `room` ids, as vLLM takes it, and remembered on the slot's view (its acceptance is
         read off the next step's sampled ids)."""
         c = self.counts
-        # SLEM's re-tokenized text can take more target ids than draft steps: a prefix is still a proposal.
-        ids = [int(t) for t in proposal.ids[:room] if 0 <= int(t) < self.target_vocab]
-        ids = ids if len(ids) == len(proposal.ids[:room]) else []  # (an id vLLM cannot hold: none at all)
+        cut = proposal.truncated(room)  # SLEM's re-tokenized text can take more target ids than draft steps
+        ids = [int(t) for t in cut.ids if 0 <= int(t) < self.target_vocab]
+        ids = ids if len(ids) == len(cut.ids) else []  # (an id vLLM cannot hold: none at all)
         out[i] = ids
         view = self.slots.views[slot]
         view.proposed, view.proposed_at = len(ids), c["steps"]
-        view.from_context = max(0, proposal.from_context - (len(proposal.ids) - len(ids))) if ids else 0
+        view.from_context = cut.from_context if ids else 0
         c["context_proposed"] += view.from_context
         c["proposals"] += bool(ids)
         c["proposed_tokens"] += len(ids)
