@@ -4,6 +4,12 @@ import os
 import pytest
 import torch
 
+# Every decoder the suite builds checks the positions its callers count against the ids it holds
+# (xvocab.runtime.kv.Ask): a rewind the loop, its commit or the vLLM proposer forgot to count fails the test that hit
+# it, where it would otherwise decode from a stale state. Set before any decoder exists, and inherited by vLLM's
+# engine processes.
+os.environ.setdefault("XVOCAB_CHECK_POSITIONS", "1")
+
 
 def pytest_collection_modifyitems(config, items):
     # XVOCAB_TEST_DEVICE=cpu runs the gpu-marked tests on the CPU: a dry run of their logic before a GPU session

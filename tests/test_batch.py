@@ -1,4 +1,4 @@
-"""Batches (xvocab.decode.batch, xvocab.runtime.batch_kv): each row of `generate_batch` is what `generate` gives its
+"""Batches (xvocab.decode.doors.generate_batch, xvocab.runtime.batch_kv): each row of `generate_batch` is what `generate` gives its
 prompt alone.
 
 * BatchDecoder: ragged rows, rolled back independently, across a sliding window, give the logits of a

@@ -15,7 +15,7 @@ from _support import CROSS, resized
 import xvocab
 from xvocab.algorithms import slem
 from xvocab.alignment.tokens import UnrepresentableTextError, codec
-from xvocab.decode.engine import generate
+from xvocab.decode.doors import generate
 from xvocab.errors import UnsupportedModelError, UnsupportedTokenizerError
 from xvocab.runtime import kv
 from xvocab.zoo.tiny import mirror_model
@@ -84,8 +84,8 @@ def test_the_drafts_context_limit_is_respected(monkeypatch):
     longest = []
     real = kv.Decoder.step
 
-    def step(decoder, full_ids, extra=()):
-        logits = real(decoder, full_ids, extra)
+    def step(decoder, full_ids, extra=(), cached=None):
+        logits = real(decoder, full_ids, extra, cached)
         if decoder.model is draft:  # a step that returned: the draft computed these positions
             longest.append(len(decoder.ids))
         return logits
@@ -345,8 +345,8 @@ def test_the_project_has_no_import_cycle_and_no_module_imports_anothers_private_
     assert not private, private
     upward = [(m, d) for m, deps in graph.items() if m.startswith("xvocab") for d in deps if not d.startswith("xvocab")]
     assert not upward, f"library modules importing experiments or figures: {upward}"
-    rounds, engine = "xvocab.decode.rounds", "xvocab.decode.engine"
-    assert find_cycle(graph | {rounds: graph[rounds] | {engine}}) is not None  # control
+    request, doors = "xvocab.decode.request", "xvocab.decode.doors"
+    assert find_cycle(graph | {request: graph[request] | {doors}}) is not None  # control
     assert room_violations(graph) == []
     planted = graph | {"xvocab.alignment.tables": graph["xvocab.alignment.tables"] | {"xvocab.decode.loop"}}
     assert room_violations(planted) == ["xvocab.alignment.tables -> xvocab.decode.loop (alignment -> decode)"]
@@ -355,7 +355,10 @@ def test_the_project_has_no_import_cycle_and_no_module_imports_anothers_private_
     assert verify in graph and "xvocab.runtime.host" in graph[verify] and find_cycle(cyclic) is None
     assert room_violations(cyclic) == ["xvocab.runtime.host -> xvocab.verification.seeds (runtime -> verification)"]
     rooms = {p.name for p in (Path(xvocab.__file__).parent).iterdir() if p.is_dir() and (p / "__init__.py").exists()}
-    assert rooms | {"errors", "defaults"} == set(ROOMS), "a room of xvocab/ is missing from the declared order"
+    assert rooms | {"errors", "defaults"} == {r for r in ROOMS if "." not in r}, "a room of xvocab/ is undeclared"
+    state = "xvocab.decode.state"  # a module on a floor of its own, below its folder: the loop may not sink under it
+    assert room_violations(graph | {state: graph[state] | {"xvocab.decode.loop"}}) == [
+        "xvocab.decode.state -> xvocab.decode.loop (decode.state -> decode)"]
     contributing = (Path(xvocab.__file__).parent.parent / "CONTRIBUTING.md").read_text()
     assert " < ".join(ROOMS) in contributing, "CONTRIBUTING.md does not show the declared room order"
     assert find_cycle(graph | {"experiments.sweep.plots": graph["experiments.sweep.plots"] | {"experiments.report"}})  # control

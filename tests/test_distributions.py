@@ -51,7 +51,7 @@ from xvocab.algorithms.common import Proposal
 from xvocab.alignment.tables import first_target_token, intersection
 from xvocab.alignment.tokens import codec
 from xvocab.checks.lossless import ALPHA, PROMPT, SETTINGS, TOKENS, N, exact_distribution, sampled_pvalue
-from xvocab.decode import rounds
+from xvocab.verification import verify as rules
 from xvocab.verification.sampling import logits_to_probs
 from xvocab.zoo.tiny import biased_pair, mirror_model
 
@@ -270,8 +270,8 @@ def _accepts_all(target_probs, proposed, generator):
 
 # The bug planted for an entry whose control is in its verification kind (no control_draft).
 VERIFIER_BUGS = {
-    "exact": lambda mp: mp.setattr(rounds, "exact_match_verify", _accepts_all),
-    "rejection": lambda mp: [mp.setattr(rounds, name, _sd_with_unnormalized_residual)
+    "exact": lambda mp: mp.setattr(rules, "exact_match_verify", _accepts_all),
+    "rejection": lambda mp: [mp.setattr(rules, name, _sd_with_unnormalized_residual)
                              for name in ("rejection_verify", "rejection_verify_rows")],
 }
 
@@ -293,7 +293,7 @@ def test_each_negative_control_is_rejected(cases, alg, monkeypatch):
     assert pvalue(cases, case, alg, "T1-top_k3") < ALPHA
 
 
-# Through xvocab.decode.batch: every algorithm on its default-tier case, and every negative control.
+# Through generate_batch (xvocab.decode.doors): every algorithm on its default-tier case, and every negative control.
 
 
 @pytest.mark.parametrize("alg", algorithms.names(proposing=True))

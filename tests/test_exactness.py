@@ -17,8 +17,8 @@ from xvocab.alignment.roles import prompt_ids
 from xvocab.alignment.tables import first_target_token, intersection, pair_tables, same_vocabulary
 from xvocab.alignment.tokens import codec
 from xvocab.checks.lossless import chi_square_pvalue, exact_distribution
-from xvocab.decode import rounds
-from xvocab.decode.engine import generate
+from xvocab.verification import verify as rules
+from xvocab.decode.doors import generate
 from xvocab.verification.sampling import SamplingParams, logits_to_probs, sample
 from xvocab.verification.verify import (
     exact_match_verify,
@@ -221,7 +221,7 @@ def test_greedy_equals_ar_on_text_that_repeats_itself(tiny_pairs, alg, monkeypat
     def accepts_all(logits, proposed):
         return len(proposed), int(logits[len(proposed)].argmax())
 
-    monkeypatch.setattr(rounds, "greedy_verify", accepts_all)
+    monkeypatch.setattr(rules, "greedy_verify", accepts_all)
     rejected = {case for case, (_, _, s) in rows.items() if sum(s.proposed) > sum(s.accepted)}
     assert any(ref != out for ref, out, _ in _greedy_rows(tiny_pairs, alg, rejected).values())
 
@@ -380,7 +380,7 @@ def test_sampled_sequence_test_rejects_a_wrong_verifier(tiny_pairs, monkeypatch)
         return n, int(sample(target_probs[n], generator))
 
     for name in ("rejection_verify", "rejection_verify_rows"):  # the accelerator and the CPU path
-        monkeypatch.setattr(rounds, name, accept_everything)
+        monkeypatch.setattr(rules, name, accept_everything)
     params = SamplingParams(temperature=1.0, top_k=3)
     assert _sequence_pvalue(target, tt, draft, dt, "tli", 500, params) < ALPHA
 

@@ -673,19 +673,19 @@ def test_the_lossless_sweep_passes_and_fails_when_verification_is_wrong(monkeypa
     """experiments.checks.lossless_sweep on one pair: no failure with the real engine (both drafts, the biased one accepted);
     with a verifier that accepts every proposal (the control), it reports failures and exits 1."""
     from experiments.checks import lossless_sweep
-    from xvocab.decode import rounds
+    from xvocab.verification import verify
 
     monkeypatch.setattr(lossless_sweep, "PROMPTS", lossless_sweep.PROMPTS[:3])
     args = ["--families", "gpt-2", "--offsets", "1", "--max-new-tokens", "8"]
     assert lossless_sweep.main(args) == 0
     line = capsys.readouterr().out.splitlines()[0]  # both drafts ran, and the biased one was accepted
     assert "mirror slem tau" in line and float(line.split("biased slem tau ")[1][:4]) > 1.1
-    real = rounds.verify_proposal
+    real = verify.verify_proposal
 
-    def accept_all(logits, proposal, *a, **kw):
-        return len(proposal.ids), real(logits, proposal, *a, **kw)[1]
+    def accept_all(logits, ids, *a, **kw):
+        return len(ids), real(logits, ids, *a, **kw)[1]
 
-    monkeypatch.setattr(rounds, "verify_proposal", accept_all)
+    monkeypatch.setattr(verify, "verify_proposal", accept_all)
     assert lossless_sweep.main(args) == 1
     fails = [line for line in capsys.readouterr().out.splitlines() if line.startswith("FAIL ('gpt-2', 'llama-bpe'")]
     assert any("'biased'" in line for line in fails)  # the draft accepted on every pair shows the bug too
@@ -828,3 +828,29 @@ def test_the_bench_figure_takes_each_variant_against_the_ar_of_its_own_group(tmp
     assert got["ngram"][0][1] != (10 / 0.5) / (10 / 2.0)  # (the control: group 1's ar would make it 4x)
     combined_figure([tmp_path, tmp_path], tmp_path / "all.png")
     assert (tmp_path / "all.png").stat().st_size > 0
+
+
+def test_the_record_hash_sees_what_a_decode_decided_and_nothing_a_clock_did(tmp_path, capsys):
+    """experiments.checks.record_hash: two runs whose greedy records differ only in clocks hash the same; a token,
+    or one more position fed (a cache that recomputed a state), changes the hash (controls); sampled rows are left
+    out."""
+    from experiments.checks import record_hash
+
+    base = {"config": {"temperature": 0.0}, "config_hash": "c", "prompt_index": 0, "token_ids": [1, 2, 3],
+            "proposed_per_step": [2, 1], "accepted_per_step": [1, 1], "target_forwards": 2, "target_tokens_fed": 9,
+            "draft_forwards": 3, "draft_tokens_fed": 8, "wall_seconds": 1.0}
+    sampled = base | {"config": {"temperature": 1.0}, "token_ids": [7]}
+
+    def run(name, *rows):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return str(tmp_path / name)
+
+    a = run("a", base, base | {"prompt_index": 1})
+    b = run("b", base | {"prompt_index": 1, "wall_seconds": 9.0}, base | {"wall_seconds": 2.0})  # clocks, order
+    c = run("c", base, base | {"prompt_index": 1, "target_tokens_fed": 10})
+    d = run("d", base, base | {"prompt_index": 1, "token_ids": [1, 2, 4]}, sampled)
+    assert record_hash.main([a, b]) == 0 and "same decodes" in capsys.readouterr().out
+    assert record_hash.main([a, c]) == 1 and "DECODES DIFFER" in capsys.readouterr().out
+    assert record_hash.main([a, d]) == 1
+    assert record_hash.decode_hash([base, sampled]) == record_hash.decode_hash([base])

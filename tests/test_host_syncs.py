@@ -11,7 +11,7 @@ import torch
 from _support import count_transfers, mirrored_pairs
 
 import xvocab
-from xvocab.decode import rounds
+from xvocab.verification import verify as rules
 from xvocab.runtime.batch_kv import BUCKETS, BatchDecoder, DecoderPool
 
 PAIRS = [("starcoder", "refact"), ("qwen2", "llama-bpe")]
@@ -56,13 +56,13 @@ def test_greedy_graph_path_blocks_once_per_step(monkeypatch, pairs, alg, pair_na
 def test_the_counter_sees_a_blocking_upload(monkeypatch, pairs):
     """Negative control: verification that uploads the proposal again (as it did before) is seen: two blocking
     transfers between two steps."""
-    verify = rounds.verify_proposal
+    verify = rules.verify_proposal
 
-    def reuploading(logits, proposal, *args, **kwargs):
-        torch.tensor(proposal.ids, dtype=torch.long, device=logits.device)
-        return verify(logits, proposal, *args, **kwargs)
+    def reuploading(logits, ids, *args, **kwargs):
+        torch.tensor(ids, dtype=torch.long, device=logits.device)
+        return verify(logits, ids, *args, **kwargs)
 
-    monkeypatch.setattr(rounds, "verify_proposal", reuploading)
+    monkeypatch.setattr(rules, "verify_proposal", reuploading)
     _, counter = _decode_counted(monkeypatch, pairs[PAIRS[0]], "slem")
     assert max(n for label, n in counter.intervals[1:] if label != "fixed") == 2
     assert any("torch.tensor" not in s and "tensor(device=)" in s for s in counter.stray)

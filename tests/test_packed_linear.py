@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import xvocab
-from xvocab.decode.engine import generate
+from xvocab.decode.doors import generate
 from xvocab.runtime import kv
 from xvocab.runtime.packed_linear import _LAYERS, enabled, packed_linears
 

@@ -7,7 +7,7 @@ from _support import CROSS, mirrored_pairs
 
 from experiments.drafters import replay_tau
 from xvocab.checks.replay import ReplayMismatch, replay
-from xvocab.decode.engine import generate
+from xvocab.decode.doors import generate
 from xvocab.zoo.tiny import tiny_model
 
 PAIRS = [("qwen2", "qwen35"), ("gpt-2", "mpt"), ("llama-spm", "mistral-v1")]

@@ -17,7 +17,7 @@ from xvocab.alignment.intersection import NO_TOKEN
 from xvocab.alignment.roles import prompt_ids, special_prefix
 from xvocab.alignment.tables import first_target_token, intersection, pair_tables
 from xvocab.alignment.tokens import codec
-from xvocab.decode import engine
+from xvocab.decode import doors as engine
 from xvocab.zoo.tiny import mirror_model
 
 ALGS = CROSS

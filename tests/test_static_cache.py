@@ -6,7 +6,7 @@ import torch
 from _support import ALL, CROSS, drafting, mirrored_pairs
 
 import xvocab
-from xvocab.decode.engine import generate
+from xvocab.decode.doors import generate
 from xvocab.runtime import kv
 from xvocab.zoo.tiny import mirror_model
 

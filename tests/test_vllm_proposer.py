@@ -398,7 +398,7 @@ def test_a_failure_for_one_request_is_no_proposal_for_it_alone_and_output_stays_
     step = decoder.step
 
     def failing_step(asks):
-        if any(tuple(seq[:3]) == tuple(proposer.slots.views[r].draft_ids()[:3]) and r == bad[0] for r, (seq, _) in
+        if any(tuple(ask[0][:3]) == tuple(proposer.slots.views[r].draft_ids()[:3]) and r == bad[0] for r, ask in
                asks.items() if proposer.slots.views[r] is not None):
             raise RuntimeError("a forward defect")
         return step(asks)
@@ -423,10 +423,11 @@ def test_a_failure_for_one_request_is_no_proposal_for_it_alone_and_output_stays_
             self.dropped.append(row)
 
     def one_ask(ctx, k):
-        logits = yield [1, 2, 3]
+        logits = yield Ask([1, 2, 3])
         return Proposal([int(logits.argmax())])
 
     from xvocab.algorithms import Proposal
+    from xvocab.runtime.kv import Ask
 
     drafted = draft_in_lockstep({0: one_ask(None, 1), 1: one_ask(None, 1)}, Failing(), isolate=True)
     assert drafted.proposals[0].ids == [0] and drafted.proposals[1].ids == [] and list(drafted.failed) == [1]
@@ -491,7 +492,7 @@ def test_a_new_requests_draft_prefill_runs_alone_never_padded_across_decoding_ro
     step, widest = decoder.step, []
 
     def recording(asks):
-        feeds = [len(seq) - common_prefix_length(decoder.ids[r], seq) for r, (seq, _) in asks.items()]
+        feeds = [len(ask[0]) - common_prefix_length(decoder.ids[r], ask[0]) for r, ask in asks.items()]
         widest.append((len(asks), max(feeds)))
         return step(asks)
 

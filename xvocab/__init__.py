@@ -8,8 +8,8 @@
 from xvocab import defaults, zoo
 from xvocab.alignment import VocabMap, intersection
 from xvocab.alignment.tokens import token_bytes
-from xvocab.decode.batch import generate_batch
-from xvocab.decode.engine import Output, generate
+from xvocab.decode.doors import generate_batch
+from xvocab.decode.doors import Output, generate
 from xvocab.errors import AssetError, ConfigError, UnknownNameError, VocabularyMismatchError, XVocabError
 
 __version__ = "0.1.0"

@@ -24,16 +24,21 @@ PACKAGES = ("xvocab", "experiments", "paper_figs")  # every module of the projec
 
 # The library's rooms (xvocab/<room>/ folders, and the single modules errors.py and defaults.py), lowest first: a
 # module may import from its own room and from rooms below it, never above (the package's __init__, the door,
-# may import any). CONTRIBUTING.md shows this order; tests/test_crash_paths.py holds the graph to it.
-ROOMS = ("errors", "defaults", "alignment", "zoo", "runtime", "verification", "algorithms", "measure", "decode",
-         "checks", "drafter", "vllm")
+# may import any). A dotted name is one module placed on a floor of its own below its folder: decode.state, the
+# per-row state the loop moves and the drafters read, sits under the algorithms, the loop above them.
+# CONTRIBUTING.md shows this order; tests/test_crash_paths.py holds the graph to it.
+ROOMS = ("errors", "defaults", "alignment", "zoo", "runtime", "verification", "decode.state", "algorithms", "measure",
+         "decode", "checks", "drafter", "vllm")
 
 
 def room(module: str) -> str | None:
-    """The room of a library module (`xvocab.decode.loop` -> decode, `xvocab.errors` -> errors); None for the
-    package itself and for modules outside the library."""
+    """The room of a library module (`xvocab.decode.loop` -> decode, `xvocab.decode.state` -> decode.state,
+    `xvocab.errors` -> errors); None for the package itself and for modules outside the library."""
     parts = module.split(".")
-    return parts[1] if parts[0] == "xvocab" and len(parts) > 1 else None
+    if parts[0] != "xvocab" or len(parts) < 2:
+        return None
+    dotted = ".".join(parts[1:3])
+    return dotted if dotted in ROOMS else parts[1]
 
 
 def room_violations(g: dict[str, set[str]]) -> list[str]:

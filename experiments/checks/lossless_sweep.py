@@ -40,7 +40,7 @@ import torch
 import xvocab
 from xvocab import algorithms
 from xvocab.checks.lossless import ALPHA, PROMPT, SETTINGS, TOKENS, exact_distribution, sampled_pvalue
-from xvocab.decode.engine import generate
+from xvocab.decode.doors import generate
 from xvocab.zoo.tiny import GREEDY_BIAS, biased_pair, mirror_model
 
 # Scripts, emoji with modifiers, tabs and superscripts, CRLF and digit runs, combining-looking accents and curly

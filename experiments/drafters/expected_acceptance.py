@@ -33,10 +33,10 @@ import xvocab
 from experiments import datasets
 from experiments.sweep.runner import load_pair
 from xvocab import algorithms, defaults
-from xvocab.algorithms.common import DraftContext, Side
+from xvocab.decode.state import DraftContext, Side
 from xvocab.alignment.tables import intersection
 from xvocab.decode.pair import prepare
-from xvocab.decode.rounds import draft_params
+from xvocab.decode.request import draft_params
 from xvocab.measure import records
 from xvocab.runtime.kv import Decoder, output_vocab
 from xvocab.verification.coupling import agreement

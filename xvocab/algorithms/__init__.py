@@ -1,7 +1,7 @@
 """Drafting strategies, one per file, and the registry that says what each one is.
 
 Each file defines `draft(ctx, k)`, a generator returning a Proposal (it yields the draft sequences whose logits
-it needs: xvocab.algorithms.common), and `ALGORITHM`, its entry: how its proposals are verified, whether it reads
+it needs: xvocab.algorithms.common; what it reads: xvocab.decode.state), and `ALGORITHM`, its entry: how its proposals are verified, whether it reads
 a draft, can be coupled or needs one vocabulary, which pair tables it reads, and its negative control
 (xvocab.algorithms.common.Algorithm). REGISTRY lists them, one line each; everything outside this package knows
 algorithms only through it (the loop, xvocab.decode.pair, xvocab.measure.records, the sweeps, the benchmarks and the
@@ -18,7 +18,7 @@ A Proposal carries target-vocabulary ids and, for the rejection-sampling family 
 distribution each was drawn from; exact-match proposals (slem, ar) carry none.
 """
 from xvocab.algorithms import ar, lookup, lookup_slem, rdk, sd, slem, slrs, tli
-from xvocab.algorithms.common import Algorithm, DraftContext, Proposal
+from xvocab.algorithms.common import Algorithm, Proposal
 from xvocab.errors import ConfigError
 
 REGISTRY: dict[str, Algorithm] = {a.name: a for a in (

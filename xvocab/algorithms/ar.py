@@ -4,7 +4,8 @@ It is the baseline every method is compared against, and it runs through the sam
 engine and verifier (an empty proposal, so the verifier just samples the bonus token
 from p), so baseline and methods are measured by the same code.
 """
-from xvocab.algorithms.common import Algorithm, DraftContext, Proposal
+from xvocab.algorithms.common import Algorithm, Proposal
+from xvocab.decode.state import DraftContext
 
 
 def draft(ctx: DraftContext, k: int) -> Proposal:

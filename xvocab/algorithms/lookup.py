@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import torch
 
-from xvocab.algorithms.common import Algorithm, DraftContext, Proposal
+from xvocab.algorithms.common import Algorithm, Proposal
+from xvocab.decode.state import DraftContext
 
 MAX_N = 4  # the longest suffix looked up (ids)
 MIN_N = 2  # the shortest: a single id recurs too often in code for its run to pay a verification

@@ -25,7 +25,8 @@ policy steps aside from drafting (the draft measured not to pay), step 1 still r
 from __future__ import annotations
 
 from xvocab.algorithms import lookup, slem
-from xvocab.algorithms.common import Algorithm, DraftContext, Proposal
+from xvocab.algorithms.common import Algorithm, Proposal
+from xvocab.decode.state import DraftContext
 
 TRUST_N = 3  # a recurring suffix this long or longer is trusted over the draft (lookup.MAX_N at most)
 

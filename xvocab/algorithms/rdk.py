@@ -32,8 +32,9 @@ from dataclasses import dataclass
 
 import torch
 
-from xvocab.algorithms.common import Algorithm, DraftContext, Proposal
+from xvocab.algorithms.common import Algorithm, Proposal
 from xvocab.alignment.tables import DraftIds, PairFacts, intersection
+from xvocab.decode.state import DraftContext
 
 LAMBDA = 0.3  # the kernel's weight: the share of a parent's mass redistributed to its children
 

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import time
 
-from xvocab.algorithms.common import Algorithm, DraftContext, Proposal
+from xvocab.algorithms.common import Algorithm, Proposal
 from xvocab.alignment.tokens import UnrepresentableTextError
 from xvocab.alignment.translate import complete_utf8, propose
+from xvocab.decode.state import DraftContext
 
 
 def draft(ctx: DraftContext, k: int) -> Proposal:

@@ -20,8 +20,9 @@ Expected acceptance per position: sum_t min(p(t), psi(t)).
 """
 from __future__ import annotations
 
-from xvocab.algorithms.common import Algorithm, DraftContext, Proposal
+from xvocab.algorithms.common import Algorithm, Proposal
 from xvocab.alignment.tables import first_target_token
+from xvocab.decode.state import DraftContext
 
 
 def draft(ctx: DraftContext, k: int) -> Proposal:

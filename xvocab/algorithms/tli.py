@@ -15,8 +15,9 @@ Cost: k draft forwards, a scatter over V_target per position, one target forward
 """
 from __future__ import annotations
 
-from xvocab.algorithms.common import Algorithm, DraftContext, Proposal
+from xvocab.algorithms.common import Algorithm, Proposal
 from xvocab.alignment.tables import intersection
+from xvocab.decode.state import DraftContext
 from xvocab.verification.sampling import logits_to_probs
 
 

@@ -73,8 +73,8 @@ def sampled_counts(models, algorithm: str, params: SamplingParams, *, prompt: st
     the same seeds), with a fresh `policy()` per batch if given. `taus`, if given, receives each sequence's tau (how
     often the draft was accepted)."""
     from xvocab.algorithms import draft_arguments
-    from xvocab.decode.batch import generate_batch
-    from xvocab.decode.engine import generate
+    from xvocab.decode.doors import generate_batch
+    from xvocab.decode.doors import generate
 
     target, tt, draft, dt = models
     kw = dict(target=target, target_tokenizer=tt, algorithm=algorithm, k=k, max_new_tokens=tokens,

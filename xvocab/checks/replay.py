@@ -112,7 +112,7 @@ def replay(prompt: str, continuation: list[int], *, like, target_tokenizer, draf
     and the recording's `seed`, `top_k`, `top_p`; the module docstring says why), at any `draft_temperature`.
     `draft_window` (as xvocab.generate's) cuts only the draft's prompt: the replayed target reads all of it.
     Raises ReplayMismatch if the output is not `continuation`."""
-    from xvocab.decode.engine import generate
+    from xvocab.decode.doors import generate
     from xvocab.decode.pair import prepare
 
     if temperature > 0 and (coupling != "gumbel" or not algorithms.get(algorithm).couples):

@@ -16,9 +16,9 @@ rounds of one token each (`ar`) would.
 """
 from __future__ import annotations
 
-from xvocab.algorithms.common import DraftContext, Side
 from xvocab.alignment.translate import common_prefix_length
 from xvocab.decode.pair import Stop
+from xvocab.decode.state import DraftContext, Side
 from xvocab.errors import ConfigError
 
 
@@ -33,22 +33,26 @@ def check_stop(stop) -> tuple[str, ...]:
     return tuple(strings)
 
 
-def commit(out: list[int], new: list[int], *, max_new_tokens: int, stop: Stop, t_side: Side, d_side: Side,
-           ctx: DraftContext, same_vocab: bool, drafting: bool) -> tuple[list[int], bool]:
-    """Append to `out` the part of `new` (a round's verified tokens) that the sequence emits; return it and
-    whether the sequence has ended. The target's stream moves past it (its cache keeps the accepted
-    proposals: a Decoder keeps the prefix it shares with what comes next); a sequence still going re-syncs its
-    draft: by token prefix when both share a vocabulary, else by text."""
+def commit(out: list[int], new: list[int], *, accepted: int, max_new_tokens: int, stop: Stop, t_side: Side,
+           d_side: Side, ctx: DraftContext, same_vocab: bool, drafting: bool) -> tuple[list[int], bool]:
+    """Append to `out` the part of `new` (a round's verified tokens: `accepted` proposals, then the target's own)
+    that the sequence emits; return it and whether the sequence has ended. The target's stream moves past it,
+    and its count of cached positions past the accepted proposals it emits (the verification fed them; the
+    target's own token is fed by the next step); a sequence still going re-syncs its draft: by token prefix when
+    both share a vocabulary, else by text (each lowering the draft's count to the ids it kept)."""
     end = stop.cut(out, new)
     new = new[: min(len(new) if end is None else end, max_new_tokens - len(out))]
     out += new
     if ctx.tape is not None:
         ctx.tape.release(len(out))
+    verified = len(t_side)  # the target's step fed its ids, then the proposal
     t_side.rewind(len(t_side.stream.ids), new)
+    t_side.cached = verified + min(accepted, len(new))
     finished = end is not None or len(out) >= max_new_tokens
     if drafting and not finished:
-        if same_vocab:
-            keep = common_prefix_length(d_side.stream.ids, t_side.stream.ids)
+        if same_vocab:  # the draft's stream: the committed ids, then its proposal (the ids before it are shared)
+            start = min(len(d_side.stream.ids), len(t_side.stream.ids) - len(new))
+            keep = start + common_prefix_length(d_side.stream.ids[start:], t_side.stream.ids[start:])
             d_side.rewind(keep, list(t_side.stream.ids[keep:]))
         else:
             ctx.sync_draft(t_side.stream.text)

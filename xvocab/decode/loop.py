@@ -5,14 +5,16 @@
                  draft sequences they ask about go through ONE draft forward per drafting step
                  (`draft_in_lockstep`), until every row has its proposal (rows propose different numbers of ids)
       verifying: ONE target forward over every row's pending ids + proposal (ragged), then each row's proposal
-                 is verified (rounds.verify_proposal) with that row's own generator; rows accept different counts,
+                 is verified (verification.verify.verify_proposal) with that row's own generator; rows accept different counts,
                  commit (commit.py: cut at EOS or a stop string, the draft re-synced to the new text)
                  and finish at their own end, a finished row's slot going to the next waiting prompt.
 
 `xvocab.generate` (one prompt) and `xvocab.generate_batch` (many) are two doors to this loop; they hand it the
 same four named inputs (Models, Task, Drafting, Schedule) and differ only in the decoders Schedule names. A
-decoder answers `step({slot: (full_ids, extra)})` with each slot's logits after `full_ids` and after each id of
-`extra`, and holds its own KV cache:
+decoder answers `step({slot: Ask(full_ids, extra, cached)})` with each slot's logits after `full_ids` and after each
+id of `extra`, and holds its own KV cache; `cached` is the position its step writes from (gpt-fast's input_pos),
+counted by each row's sides (xvocab.decode.state.Side): the commit says how many verified positions the target
+keeps, a rewind lowers the draft's count to the ids it kept.
 
     one prompt, cache "dynamic" | "static"   runtime.kv.OneRow over runtime.kv.Decoder: transformers' own cache, one
                                               sequence; the slow, obviously correct reference
@@ -38,15 +40,16 @@ from dataclasses import dataclass, field
 import torch
 
 from xvocab import algorithms
-from xvocab.algorithms import DraftContext, Proposal
-from xvocab.algorithms.common import Side
-from xvocab.decode import rounds
+from xvocab.algorithms import Algorithm, Proposal
+from xvocab.decode import request
 from xvocab.decode.commit import check_stop, commit
 from xvocab.decode.pair import Pair, prepare
+from xvocab.decode.state import DraftContext, Side
 from xvocab.errors import ConfigError
 from xvocab.measure.stats import Stats
-from xvocab.runtime.kv import head_device
+from xvocab.runtime.kv import Ask, head_device
 from xvocab.verification.sampling import SamplingParams
+from xvocab.verification import verify
 from xvocab.verification.seeds import draft_seed
 
 # make_decoder(role, model, rows, capacity) -> a decoder (module docstring); role is "target" or "draft", capacity
@@ -55,9 +58,10 @@ class RowDecoder(Protocol):
     """What the loop asks of a decoder (xvocab.runtime.batch_kv.BatchDecoder, and the one-row and graph forms
     beside it): rows keyed by slot, each asked for the logits after its committed ids and its proposal.
 
-    step({slot: (ids, proposal)}) -> {slot: logits [len(proposal) + 1, V]}: the cache keeps the longest prefix it
-    shares with `ids` (positions past it are rolled back) and feeds the rest; prefill(...) the same for newly
-    admitted rows, keeping each row's last logits for its first step; drop(slot) frees a row."""
+    step({slot: Ask(ids, proposal, cached)}) -> {slot: logits [len(proposal) + 1, V]}: the cache keeps the first
+    `cached` positions (those past it are rolled back) and feeds the rest; prefill(...) the same for newly
+    admitted rows, keeping each row's last logits for its first step; holds(slot) the positions a row's cache holds
+    (what a side may count after it answered); drop(slot) frees a row."""
 
     limit: int | None                 # positions a row may hold (None: unbounded)
     row_tokens: list[int]             # tokens fed per slot (stats)
@@ -66,6 +70,8 @@ class RowDecoder(Protocol):
     def step(self, asks: dict) -> dict: ...
 
     def prefill(self, asks: dict) -> None: ...
+
+    def holds(self, slot: int) -> int: ...
 
     def drop(self, slot: int) -> None: ...
 
@@ -85,10 +91,10 @@ class Models:
 
 @dataclass(frozen=True)
 class Task:
-    """What every row is asked: the algorithm by name, at most k ids proposed a round, how many tokens, how to sample
-    them (params), and the text that ends a row early (stop)."""
+    """What every row is asked: the algorithm (its registry entry, resolved from its name at the door), at most k ids
+    proposed a round, how many tokens, how to sample them (params), and the text that ends a row early (stop)."""
 
-    algorithm: str
+    algorithm: Algorithm
     k: int
     max_new_tokens: int
     params: SamplingParams
@@ -135,12 +141,12 @@ class Row:
     start: float = 0.0        # when its clock starts (perf_counter): the call's start for the first `slots` rows
     wall: float = 0.0         # seconds from its start to its last token
     fed: tuple = (0, 0, 0)    # (target tokens, draft forwards, draft tokens) its slot had taken before it
-    output: rounds.Output | None = None
+    output: request.Output | None = None
     forwards: int = 0         # target forwards this row took part in
 
 
 def decode(prompts: list[str], seeds: list[int], *, models: Models, task: Task, drafting: Drafting,
-           schedule: Schedule) -> list[rounds.Output]:
+           schedule: Schedule) -> list[request.Output]:
     """Every prompt continued by the target, drafted through the task's algorithm; one Output per prompt, in order
     (`seeds`: one per prompt). xvocab.generate and xvocab.generate_batch fill in the four named inputs.
 
@@ -148,14 +154,14 @@ def decode(prompts: list[str], seeds: list[int], *, models: Models, task: Task, 
     stats and progress; the round itself is `play_round`."""
     stop = check_stop(task.stop)
     for prompt in prompts:
-        rounds.validate(prompt, models.draft, models.draft_tokenizer, task.algorithm, task.k, task.max_new_tokens,
-                        drafting.window, drafting.confidence)
+        request.validate(prompt, models.draft, models.draft_tokenizer, task.algorithm, task.k, task.max_new_tokens,
+                         drafting.window, drafting.confidence)
     if len(seeds) != len(prompts):
         raise ConfigError(f"{len(seeds)} seeds for {len(prompts)} prompts; pass one seed per prompt, or an int")
     wall0 = time.perf_counter()
-    entry = algorithms.get(task.algorithm)  # the name resolved once: the round reads the entry
+    entry = task.algorithm
     pair = prepare(models.target, models.target_tokenizer, models.draft if entry.uses_draft else None,
-                   models.draft_tokenizer, algorithm=task.algorithm,
+                   models.draft_tokenizer, algorithm=entry,
                    draft_encoding=drafting.encoding)  # the tokenizers checked; from here on only the pair reads them
     rows = _rows(prompts, seeds, models, task, drafting, entry, pair)
     slots, policy, k, max_new_tokens = schedule.slots, schedule.policy, task.k, task.max_new_tokens
@@ -226,21 +232,22 @@ def play_round(live: list[Row], draft: Callable, k: int, task: Task, pair: Pair,
     """One round over the live rows, top to bottom:
       draft   every row's proposal, at most k ids, the draft forwards batched across rows (`_draft_round`);
       verify  ONE target forward over every row's committed ids and proposal, then each row's proposal verified
-              with its own generator (rounds.verify_proposal): the accepted prefix and the target's own next id;
+              with its own generator (verify.verify_proposal): the accepted prefix and the target's own next id;
       commit  the accepted ids and that id appended (commit.py: cut at EOS, a stop string or max_new_tokens; the
-              draft side re-synced to the new text). The ids verified and not accepted are the rewind: each
-              decoder keeps the prefix its next step shares with the committed ids."""
+              draft side re-synced to the new text). The ids verified and not accepted are the rewind: the commit
+              counts the target's cached positions through the accepted ids only, a draft re-sync lowers the
+              draft's to the ids it kept, and each decoder's next step writes from there."""
     proposals = _draft_round(live, draft, k, task.max_new_tokens, d_dec)
     verify_start = time.perf_counter()
-    logits = t_dec.step({r.slot: (r.t_side.full(), proposals[r.index].ids) for r in live})  # [n + 1, V] each
+    logits = t_dec.step({r.slot: r.t_side.ask(proposals[r.index].ids) for r in live})  # [n + 1, V] each
     verified_at = time.perf_counter()
     out = []
     for r in live:
         proposal = proposals[r.index]
-        n_acc, nxt = rounds.verify_proposal(logits[r.slot], proposal, task.params, r.generator, r.ctx.tape,
-                                            position=len(r.out))
+        n_acc, nxt = verify.verify_proposal(logits[r.slot], proposal.ids, proposal.probs, task.params, r.generator,
+                                            r.ctx.tape, position=len(r.out))
         first = not r.out
-        new, finished = commit(r.out, proposal.ids[:n_acc] + [nxt], max_new_tokens=task.max_new_tokens,
+        new, finished = commit(r.out, proposal.ids[:n_acc] + [nxt], accepted=n_acc, max_new_tokens=task.max_new_tokens,
                                stop=end_rule, t_side=r.t_side, d_side=r.d_side, ctx=r.ctx,
                                same_vocab=pair.same_vocab, drafting=r.drafting)
         out.append(Verified(r, proposal, n_acc, new, finished, first))
@@ -262,9 +269,9 @@ def _rows(prompts: list[str], seeds: list[int], models: Models, task: Task, draf
                            else torch.Generator(device=d_device).manual_seed(draft_seed(seeds[i])))
         t_side = Side(pair.target_codec, t_prompt)
         d_side = Side(pair.draft_codec, pair.draft_prompt(prompt, drafting.window)) if entry.uses_draft else t_side
-        ctx = DraftContext(t_side, d_side, rounds.draft_params(task.params, drafting.temperature), draft_generator,
+        ctx = DraftContext(t_side, d_side, request.draft_params(task.params, drafting.temperature), draft_generator,
                            pair.same_vocab, pair.tables, drafting.confidence,
-                           tape=rounds.noise_tape(drafting.coupling, task.algorithm, task.params, seeds[i],
+                           tape=request.noise_tape(drafting.coupling, task.algorithm, task.params, seeds[i],
                                                   models.target, device))
         rows.append(Row(i, t_side, d_side, ctx, generator, Stats(k=task.k), entry.proposes))
     return rows
@@ -284,10 +291,14 @@ def _admit(waiting: list[Row], free: list[int], slots: int, wall0: float, t_dec,
         admitted.append(r)
     if not admitted:
         return
-    t_dec.prefill({r.slot: (r.t_side.full(), []) for r in admitted})
+    t_dec.prefill({r.slot: r.t_side.ask() for r in admitted})
+    for r in admitted:  # a one-row decoder defers its prefill to the first step, holding nothing yet
+        r.t_side.cached = t_dec.holds(r.slot)
     if d_dec is not None:  # (a draft prompt past the draft's context is left to draft_in_lockstep)
-        d_dec.prefill({r.slot: (r.d_side.full(), []) for r in admitted
-                       if r.drafting and (d_dec.limit is None or len(r.d_side.full()) <= d_dec.limit)})
+        drafts = [r for r in admitted if r.drafting and (d_dec.limit is None or len(r.d_side) <= d_dec.limit)]
+        d_dec.prefill({r.slot: r.d_side.ask() for r in drafts})
+        for r in drafts:
+            r.d_side.cached = d_dec.holds(r.slot)
 
 
 def _slot_counts(slot: int, t_dec, d_dec) -> tuple[int, int, int]:
@@ -296,14 +307,14 @@ def _slot_counts(slot: int, t_dec, d_dec) -> tuple[int, int, int]:
                                       if d_dec is not None else (0, 0)))
 
 
-def _finish(r: Row, t_dec, d_dec, pair: Pair) -> rounds.Output:
+def _finish(r: Row, t_dec, d_dec, pair: Pair) -> request.Output:
     """Row r's Output (kept on the row) from what its slot took part in since it took the slot."""
     target_fed, draft_forwards, draft_fed = (now - before for now, before in
                                              zip(_slot_counts(r.slot, t_dec, d_dec), r.fed))
     r.stats.finish(new_tokens=len(r.out), wall_seconds=r.wall, target_forwards=r.forwards,
                    prompt_tokens=len(r.t_side.prompt), target_tokens_fed=target_fed,
                    draft_forwards=draft_forwards, draft_tokens_fed=draft_fed, align_seconds=r.ctx.align_seconds)
-    r.output = rounds.Output(r.out, pair.decode(r.out), r.stats)
+    r.output = request.Output(r.out, pair.decode(r.out), r.stats)
     return r.output
 
 
@@ -354,7 +365,7 @@ def draft_in_lockstep(calls: dict, d_dec, *, isolate: bool = False) -> Drafted:
 
     def advance(i, logits):  # the row's next ask, or its Proposal recorded
         try:
-            seq, done = _resume(calls[i], logits) if logits is not None else _start(calls[i])
+            ask, done = _resume(calls[i], logits) if logits is not None else _start(calls[i])
         except Exception as err:
             if not isolate:
                 raise
@@ -362,14 +373,14 @@ def draft_in_lockstep(calls: dict, d_dec, *, isolate: bool = False) -> Drafted:
             return
         if done is not None:
             out.proposals[i] = done
-        elif not seq:
+        elif not ask.ids:
             out.waiting.append(i)
             out.proposals[i] = Proposal([])
-        elif d_dec.limit is not None and len(seq) > d_dec.limit:
+        elif d_dec.limit is not None and len(ask.ids) > d_dec.limit:
             out.full.append(i)
             out.proposals[i] = Proposal([])
         else:
-            asks[i] = seq
+            asks[i] = ask
 
     for i in calls:
         advance(i, None)
@@ -382,33 +393,34 @@ def draft_in_lockstep(calls: dict, d_dec, *, isolate: bool = False) -> Drafted:
     return out
 
 
-def _forward(d_dec, asks: dict[int, list[int]], isolate: bool, failed: dict) -> dict:
-    """One draft forward over `asks` ({row: sequence}) -> {row: logits}; with `isolate`, rows stepped alone after
-    a batched forward raised, those that fail alone recorded in `failed` (draft_in_lockstep's docstring)."""
+def _forward(d_dec, asks: dict[int, Ask], isolate: bool, failed: dict) -> dict:
+    """One draft forward over `asks` ({row: Ask}) -> {row: logits}; with `isolate`, rows stepped alone after a
+    batched forward raised (from nothing cached: their states are unknown), those that fail alone recorded in
+    `failed` (draft_in_lockstep's docstring)."""
     try:
-        return d_dec.step({i: (seq, []) for i, seq in asks.items()})
+        return d_dec.step(asks)
     except Exception:
         if not isolate:
             raise
     logits = {}
-    for i, seq in asks.items():
+    for i, ask in asks.items():
         d_dec.drop(i)
         try:
-            logits |= d_dec.step({i: (seq, [])})
+            logits |= d_dec.step({i: ask._replace(cached=0)})
         except Exception as err:
             d_dec.drop(i)
             failed[i] = err
     return logits
 
 
-def _start(drafting) -> tuple[list[int] | None, Proposal | None]:
-    """Advance a drafter call to its first request: (sequence asked about, None) or (None, its Proposal)."""
+def _start(drafting) -> tuple[Ask | None, Proposal | None]:
+    """Advance a drafter call to its first request: (what it asks the draft, None) or (None, its Proposal)."""
     if isinstance(drafting, Proposal):
         return None, drafting
     return _resume(drafting, None)
 
 
-def _resume(drafting, logits) -> tuple[list[int] | None, Proposal | None]:
+def _resume(drafting, logits) -> tuple[Ask | None, Proposal | None]:
     try:
         return (next(drafting) if logits is None else drafting.send(logits)), None
     except StopIteration as done:

@@ -105,11 +105,11 @@ def check_tokenizer(side: str, tokenizer) -> None:
                           f"use_fast=True) or xvocab.zoo.tokenizer")
 
 
-def prepare(target, target_tokenizer, draft=None, draft_tokenizer=None, *, algorithm: str | None = None,
+def prepare(target, target_tokenizer, draft=None, draft_tokenizer=None, *, algorithm: str | algorithms.Algorithm | None = None,
             draft_encoding: str | None = None) -> Pair:
     """The prepared pair (see the module docstring); draft=None prepares the target alone (ar).
 
-    `algorithm`: its registry entry decides whether one shared vocabulary is required (VocabularyMismatchError
+    `algorithm` (a name, or its entry): its registry entry decides whether one shared vocabulary is required (VocabularyMismatchError
     otherwise) and which pair tables are built here (the others on first use). `draft_encoding` None
     takes what the draft's config says it was trained on, else `native`; one shared vocabulary always encodes
     natively (the two codecs are then one)."""
@@ -120,7 +120,7 @@ def prepare(target, target_tokenizer, draft=None, draft_tokenizer=None, *, algor
 
 
 def prepare_for_target(target_tokenizer, eos: tuple[int, ...], target_vocab: int, context: int | None, draft=None,
-                       draft_tokenizer=None, *, algorithm: str | None = None,
+                       draft_tokenizer=None, *, algorithm: str | algorithms.Algorithm | None = None,
                        draft_encoding: str | None = None) -> Pair:
     """`prepare` from what it reads of the target model (its EOS ids, output-head width and context limit) rather
     than the model: another engine holds the target (xvocab.vllm), xvocab only its tokenizer."""
@@ -135,9 +135,9 @@ def prepare_for_target(target_tokenizer, eos: tuple[int, ...], target_vocab: int
     check_tokenizer("draft", draft_tokenizer)
     d_codec = codec(draft_tokenizer)
     same = same_vocabulary(t_codec, d_codec)
-    spec = algorithms.get(algorithm) if algorithm is not None else None
+    spec = algorithms.get(algorithm) if isinstance(algorithm, str) else algorithm  # a name, or its entry
     if spec is not None and spec.one_vocabulary and not same:
-        raise VocabularyMismatchError(f"algorithm {algorithm!r} needs one shared vocabulary but the tokenizers "
+        raise VocabularyMismatchError(f"algorithm {spec.name!r} needs one shared vocabulary but the tokenizers "
                                       f"differ; use one of {', '.join(algorithms.names(cross_vocabulary=True))} "
                                       f"for heterogeneous vocabularies")
     encoding = "native" if same else draft_encoding or model_encoding(draft)

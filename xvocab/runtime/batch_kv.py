@@ -1,9 +1,9 @@
 """Many sequences, one model, one forward: a KV cache whose rows have their own lengths.
 
 What: `BatchDecoder(model, rows)` is `xvocab.runtime.kv.Decoder` for `rows` sequences at once. `step(asks)` takes,
-for any subset of rows, (full_ids, extra) as Decoder.step does, and returns each asked row's logits
-[len(extra) + 1, V]. Each row keeps the longest prefix its cached states share with what it asks for
-(rolled back by a length, per row) and feeds the rest; rows feed different numbers of tokens
+for any subset of rows, an Ask (full_ids, extra, cached) as Decoder.step does, and returns each asked row's logits
+[len(extra) + 1, V]. Each row keeps the positions its caller counts as still valid (rolled back by a length, per
+row; a row asked without a count keeps the prefix its ids share with what it asks for) and feeds the rest; rows feed different numbers of tokens
 (ragged), padded at their ends to the longest, in one forward of the asked rows only.
 
 How: every layer's states live in one [rows, heads, capacity, head_dim] buffer (`RaggedLayer`). A row's
@@ -26,16 +26,18 @@ from __future__ import annotations
 
 import torch
 
-from xvocab.alignment.translate import common_prefix_length
 from xvocab.errors import ContextFullError
 from xvocab.runtime.host import Upload, device_side
 from xvocab.runtime.kv import (
     KEEP_ROWS,
+    Ask,
     check_cache_used,
     check_model,
     checked_sequence,
+    checking_positions,
     context_limit,
     grow_cache,
+    kept_positions,
     text_config,
 )
 from xvocab.runtime.packed_linear import packed_linears
@@ -131,6 +133,7 @@ class BatchDecoder:
         self.tokens_fed = 0       # real positions computed (padding excluded)
         self.row_tokens = [0] * rows    # per row: positions computed for it
         self.row_forwards = [0] * rows  # per row: forwards it took part in
+        self.check = checking_positions()  # every stated count checked against the ids (xvocab.runtime.kv.Ask)
         self.device = model.get_input_embeddings().weight.device
         # What padding positions feed (their states land past a row's length, their logits are dropped): the
         # config's pad id where it is an embedding row (a config copied from another vocabulary may name one past
@@ -167,8 +170,10 @@ class BatchDecoder:
         return torch.zeros(seen.shape, dtype=dtype, device=self.device).masked_fill(~seen, torch.finfo(dtype).min)
 
     @torch.inference_mode()
-    def step(self, asks: dict[int, tuple[list[int], list[int]]]) -> dict[int, torch.Tensor]:
-        """{row: (full_ids, extra)} -> {row: logits [len(extra) + 1, V]}, in one forward of the asked rows."""
+    def step(self, asks: dict[int, Ask]) -> dict[int, torch.Tensor]:
+        """{row: Ask(full_ids, extra, cached)} -> {row: logits [len(extra) + 1, V]}, in one forward of the asked
+        rows (a plain (full_ids, extra) tuple is an Ask without a count)."""
+        asks = {r: Ask(*ask) for r, ask in asks.items()}
         held, asks = self._held(asks)
         self.held += len(held)
         if not asks:
@@ -176,10 +181,10 @@ class BatchDecoder:
         rows = sorted(asks)
         plans = []  # (row, sequence, kept prefix, logits rows wanted), nothing changed yet
         for r in rows:
-            full, extra = asks[r]
+            full, extra, cached = asks[r]
             seq = checked_sequence(self.model, self.limit, full, extra)
             want = len(extra) + 1
-            plans.append((r, seq, min(common_prefix_length(self.ids[r], seq), len(seq) - want), want))
+            plans.append((r, seq, min(kept_positions(self.ids[r], seq, cached, self.check), len(seq) - want), want))
         width = max(len(seq) - keep for _, seq, keep, _ in plans)
         if not self.grow and len(rows) > 1 and max(keep for _, _, keep, _ in plans) + width > self.capacity:
             # A fixed slab (a memory budget): rows padded to another row's width would pass it; each row alone fits.
@@ -240,12 +245,12 @@ class BatchDecoder:
                 self._rows[r][len(self.ids[r])] = kept[j]
         return out | held
 
-    def _held(self, asks: dict) -> tuple[dict[int, torch.Tensor], dict]:
+    def _held(self, asks: dict[int, Ask]) -> tuple[dict[int, torch.Tensor], dict]:
         """({row: logits [1, V]} for the one-row asks whose states and logits the decoder holds, the other asks)."""
         held = {}
-        for r, (full, extra) in asks.items():
-            if not extra and len(full) <= len(self.ids[r]) and len(full) in self._rows[r] \
-                    and common_prefix_length(self.ids[r], full) == len(full):
+        for r, (full, extra, cached) in asks.items():
+            if not extra and len(full) in self._rows[r] and len(full) <= len(self.ids[r]) \
+                    and kept_positions(self.ids[r], full, cached, self.check) == len(full):
                 held[r] = self._rows[r][len(full)][None]
         return held, {r: ask for r, ask in asks.items() if r not in held}
 
@@ -309,7 +314,11 @@ class BatchDecoder:
         self._pool = graph.pool()
         return graph, static_out
 
-    def prefill(self, asks: dict[int, tuple[list[int], list[int]]]) -> None:
+    def holds(self, row: int) -> int:
+        """Positions row `row`'s cache holds (what a caller may count as cached after it answered)."""
+        return len(self.ids[row])
+
+    def prefill(self, asks: dict[int, Ask]) -> None:
         """Feed newly admitted rows' prompts now, in a forward of their own (the decode loop's interface,
         xvocab.decode.loop); each row's last logits are kept, so its next step reads them without a forward."""
         if asks:

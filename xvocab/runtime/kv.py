@@ -1,18 +1,23 @@
 """A model with its KV cache, fed incrementally and rolled back exactly.
 
-`Decoder.step(full_ids, extra)` returns the logits of the last `len(extra) + 1` positions of
+`Decoder.step(full_ids, extra, cached)` returns the logits of the last `len(extra) + 1` positions of
 `full_ids + extra`: the distribution after `full_ids` and after each of `extra`. It feeds only
-what the cache does not hold: the decoder remembers the ids behind its cached states, keeps the
-longest prefix they share with the sequence asked for, rolls the rest back (`crop`, a length,
-never a re-prefill, also past a sliding window) and feeds the remainder, which is never shorter
-than the rows asked for. So a caller never has to crop by hand to stay correct, and a state that
-is still valid is never computed twice.
+what the cache does not hold: the caller states how many leading positions of its cache are still
+valid (`cached`, gpt-fast's input_pos: an `Ask`), the decoder rolls the rest back (`crop`, a length,
+never a re-prefill, also past a sliding window) and feeds the remainder, which is never shorter than
+the rows asked for. The decode loop and the vLLM proposer count positions (xvocab.decode.state.Side);
+a caller that counts nothing leaves `cached` out and the decoder compares ids with those it holds.
 
 Invariant: `ids` are exactly the tokens whose states the cache holds, in order; position i's
 state depends only on ids[:i + 1] (a causal model), so any prefix of `ids` shared with a new
-sequence is valid for it.
+sequence is valid for it. A stated count is never more than the cache holds (refused), and with
+XVOCAB_CHECK_POSITIONS=1 (the test suite) every stated count is checked against the ids.
 """
 from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 
@@ -151,6 +156,49 @@ def checked_sequence(model, limit: int | None, full_ids, extra) -> list[int]:
     return seq
 
 
+class Ask(NamedTuple):
+    """What a decoder is asked for one row: the logits after `ids` and after each id of `extra`.
+
+    `cached`: how many leading ids of `ids` the row's cache holds the states of, as the caller counts them
+    (gpt-fast's input_pos: the step writes from there, and whatever the cache held past it is rolled back). Sides
+    count it (xvocab.decode.state.Side: raised when its decoder answers, lowered when its ids are rewound; the
+    commit says how many verified positions the target keeps). Past the count, the decoder keeps the states whose
+    ids the ask spells again (a draft re-synced to text it had read: its rewind dropped ids that come back),
+    comparing only the few positions it holds past the count. None: the decoder compares all of `ids` with the ids
+    it holds (for a caller that counts nothing: a test, a one-off script)."""
+
+    ids: Sequence[int]
+    extra: Sequence[int] = ()
+    cached: int | None = None
+
+
+CHECK_POSITIONS = "XVOCAB_CHECK_POSITIONS"  # "1": decoders check every stated count against the ids they hold
+
+
+def checking_positions() -> bool:
+    """Whether decoders built now check stated counts against their ids (O(n) a step; tests/conftest.py sets it)."""
+    return os.environ.get(CHECK_POSITIONS) == "1"
+
+
+def kept_positions(held: list[int], seq: list[int], cached: int | None, check: bool) -> int:
+    """How many leading positions of a row's cache (holding the states of `held`) stay valid for `seq`: the
+    caller's count `cached` and the positions past it whose ids `seq` spells again (compared over the held
+    positions past the count only: a few ids), or the whole prefix `held` shares with `seq` where it states no
+    count. A count past what the row holds or asks for is refused; `check` also compares the counted prefix with
+    the ids (O(n)) and refuses a count whose ids differ: a rewind the caller did not count would otherwise decode
+    from stale states."""
+    if cached is None:
+        return common_prefix_length(held, seq)
+    if not 0 <= cached <= min(len(held), len(seq)):
+        raise ValueError(f"a step states {cached} cached positions, but the row holds {len(held)} and asks about "
+                         f"{len(seq)}: the caller's count is wrong (count only positions its decoder answered)")
+    if check and list(held[:cached]) != list(seq[:cached]):
+        at = common_prefix_length(held, seq)
+        raise ValueError(f"a step states {cached} cached positions, but the ids it asks about differ from the ones "
+                         f"the cache holds at position {at}: a rewind the caller did not count")
+    return cached + common_prefix_length(held[cached:], seq[cached:])
+
+
 KEEP_ROWS = 16  # recent positions whose logits a Decoder keeps (a draft rolls back at most a few tokens)
 
 
@@ -188,6 +236,7 @@ class Decoder:
         self._rows: dict[int, torch.Tensor] = {}
         self.forwards = 0         # model calls made
         self.tokens_fed = 0       # positions computed over all calls (prefill included)
+        self.check = checking_positions()
         self.device = model.get_input_embeddings().weight.device  # where input ids go (first GPU under a device_map)
 
     def _new_cache(self, capacity: int):
@@ -208,11 +257,12 @@ class Decoder:
         return Cache(layers=[StaticLayer(max_cache_len=self.capacity) for _ in range(config.num_hidden_layers)])
 
     @torch.inference_mode()
-    def step(self, full_ids: list[int], extra: list[int] = ()) -> torch.Tensor:
-        """Logits [len(extra) + 1, V] after `full_ids` and after each token of `extra`."""
+    def step(self, full_ids: list[int], extra: list[int] = (), cached: int | None = None) -> torch.Tensor:
+        """Logits [len(extra) + 1, V] after `full_ids` and after each token of `extra`; `cached`: the leading
+        positions of the cache still valid for them (Ask; None: found by comparing ids)."""
         seq = checked_sequence(self.model, self.limit, full_ids, extra)
         rows = len(extra) + 1
-        common = common_prefix_length(self.ids, seq)
+        common = kept_positions(self.ids, seq, cached, self.check)
         if rows == 1 and common == len(seq) and len(seq) in self._rows:
             return self._rows[len(seq)][None]  # every state is held and its row computed: nothing to feed
         # Keep the states shared with `seq`, but feed at least the rows asked for.
@@ -258,12 +308,16 @@ class OneRow:
         self.decoder = decoder
         self.limit = decoder.limit
 
-    def prefill(self, asks: dict[int, tuple[list[int], list[int]]]) -> None:
+    def prefill(self, asks: dict[int, Ask]) -> None:
         self._slot(asks)
 
-    def step(self, asks: dict[int, tuple[list[int], list[int]]]) -> dict[int, torch.Tensor]:
-        """{0: logits [len(extra) + 1, V]} for {0: (full_ids, extra)} (Decoder.step); {} for no ask."""
-        return {slot: self.decoder.step(full, extra) for slot, (full, extra) in self._slot(asks).items()}
+    def step(self, asks: dict[int, Ask]) -> dict[int, torch.Tensor]:
+        """{0: logits [len(extra) + 1, V]} for {0: Ask(full_ids, extra, cached)} (Decoder.step); {} for no ask."""
+        return {slot: self.decoder.step(*ask) for slot, ask in self._slot(asks).items()}
+
+    def holds(self, slot: int) -> int:
+        """Positions the row's cache holds (0 until its first step: `prefill` feeds nothing)."""
+        return len(self.decoder.ids)
 
     def drop(self, slot: int) -> None:
         """The row is done; its states stay until the decoder is dropped (one prompt per OneRow)."""

@@ -19,6 +19,8 @@ At temperature 0 both reduce to `greedy_verify`: p and r are one-hot, so a propo
 accepted iff it is the target's argmax, and the next token is the argmax where they
 first differ; it needs neither distributions nor random draws.
 
+`verify_proposal` applies the rule a proposal's kind calls for (the decode loop's one call per row and round).
+
 Each has a readable per-position form beside the vectorized path; both consume the
 generator identically, so tests compare them draw for draw. On a CPU the engine runs the
 per-position forms over `ProbRows`, forming the target's rows only up to the first
@@ -31,7 +33,7 @@ import torch
 
 from xvocab.runtime.host import argmax_ids
 from xvocab.verification.coupling import NoiseTape, race
-from xvocab.verification.sampling import ProbRows, inverse_cdf, sample, uniforms
+from xvocab.verification.sampling import ProbRows, SamplingParams, inverse_cdf, logits_to_probs, sample, uniforms
 
 
 def rejection_verify(target_probs: torch.Tensor,   # [n + 1, V] p at each proposed position and the bonus
@@ -131,3 +133,24 @@ def greedy_match(own: list[int], proposed: list[int]) -> tuple[int, int]:
     """(number accepted, next token id) given the target's own choices own [n + 1] for proposals [n]."""
     n_accepted = next((i for i, (a, b) in enumerate(zip(own, proposed)) if a != b), len(proposed))
     return n_accepted, own[n_accepted]
+
+
+def verify_proposal(logits: torch.Tensor, ids: list[int], probs: torch.Tensor | None, params: SamplingParams,
+                    generator: torch.Generator, tape: NoiseTape | None = None, position: int = 0) -> tuple[int, int]:
+    """(accepted count, next id) for proposed target ids `ids` [n] given the target's logits [n + 1, V] after the
+    sequence and after each proposed id, by the rule the proposal's kind calls for. Greedy: match against the
+    argmax. `probs` None (a point proposal: SLEM, lookup, ar): exact match (with a `tape`, the target's samples
+    are races on its noise at continuation positions `position`, ...). `probs` [n, V] (the distribution each id
+    was drawn from: sd, tli, slrs, rdk): rejection sampling against it."""
+    device = logits.device
+    if params.greedy:  # the target's choices read once and compared on the host, which knows the proposal
+        return greedy_verify(logits, ids)
+    proposed = torch.tensor(ids, dtype=torch.long, device=device)
+    if probs is None:
+        if tape is not None:
+            return coupled_exact_match_verify(ProbRows(logits, params), proposed, tape, position)
+        return exact_match_verify(ProbRows(logits, params), proposed, generator)  # rows on demand
+    on_cpu = device.type == "cpu"  # rows on demand there; one vectorized pass on accelerators
+    verify = rejection_verify_rows if on_cpu else rejection_verify
+    return verify(ProbRows(logits, params) if on_cpu else logits_to_probs(logits, params),
+                  probs.to(device), proposed, generator)

@@ -55,6 +55,7 @@ from xvocab.errors import ConfigError, XVocabError
 from xvocab.measure.records import write_atomic
 from xvocab.measure.stats import accepted_from_context
 from xvocab.runtime.batch_kv import BatchDecoder
+from xvocab.runtime.kv import Ask
 from xvocab.vllm import budget, kernels, repairs
 from xvocab.vllm.policy import StepPolicy
 from xvocab.vllm.requests import Rows, RunnerBatch, runner_batch
@@ -102,6 +103,9 @@ class _TimedDecoder:
             return self.decoder.step(asks)
         finally:
             self.seconds += time.perf_counter() - start
+
+    def holds(self, row: int) -> int:
+        return self.decoder.holds(row)
 
     def drop(self, row: int) -> None:
         self.decoder.drop(row)
@@ -307,18 +311,17 @@ class Proposer:
                 continue
             try:
                 sync_draft(view)  # the draft side follows the committed text only when it is about to draft
-                if self._behind(slot, view) > 0:  # its prompt not yet in the draft's cache: prefilled alone, a chunk
+                if self._behind(view) > 0:  # its prompt not yet in the draft's cache: prefilled alone, a chunk
                     prefill_left -= self._prefill(slot, view, prefill_left)  # a step (never padded across rows)
             except Exception as err:
                 self._drop_row(slot, i, batch)
                 self._warn("draft prefill", err)
                 skipped["failed"] += 1
                 continue
-            if self._behind(slot, view) > 0:
+            if self._behind(view) > 0:
                 skipped["prefilling"] += 1
                 continue
-            held = len(self.decoder.decoder.ids[slot])
-            caught_up |= len(view.ctx.draft.full()) - held > 2 * (s.k + 1)  # text missed while aside: fed now
+            caught_up |= len(view.ctx.draft) - view.ctx.draft.cached > 2 * (s.k + 1)  # text missed while aside: fed now
             try:
                 calls[slot] = self._draft(view.ctx, min(s.draft_steps or s.k, room[slot]))
             except Exception as err:
@@ -420,21 +423,23 @@ class Proposer:
         if batch is not None:
             self.requests.release(batch.req_ids[i])
 
-    def _behind(self, slot: int, view: RowView) -> int:
+    def _behind(self, view: RowView) -> int:
         """Draft prompt tokens not in the row's cache yet (0 once prefilled; a draft too long for its row is left
         to draft_in_lockstep, which stops it there)."""
-        held = len(self.decoder.decoder.ids[slot])
+        held = view.ctx.draft.cached
         want = len(view.ctx.draft.prompt)
         return 0 if want > self.decoder.limit or held >= want else want - held
 
     def _prefill(self, slot: int, view: RowView, budget_left: int) -> int:
         """Feed up to `budget_left` more of the row's draft prompt, alone (its logits after the whole prompt are
         kept: the first draft step reads them without a forward); the tokens fed."""
-        held = len(self.decoder.decoder.ids[slot])
-        upto = min(len(view.ctx.draft.prompt), held + max(budget_left, 0))
+        side = view.ctx.draft
+        held = side.cached
+        upto = min(len(side.prompt), held + max(budget_left, 0))
         if upto <= held:
             return 0
-        self.decoder.step({slot: (view.ctx.draft.prompt[:upto], [])})
+        self.decoder.step({slot: Ask(side.prompt[:upto], [], held)})
+        side.cached = upto
         self.counts["draft_prefill_tokens"] += upto - held
         return upto - held
 

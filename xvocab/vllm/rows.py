@@ -25,10 +25,10 @@ from dataclasses import dataclass
 
 import torch
 
-from xvocab.algorithms.common import DraftContext, Side
 from xvocab.alignment.roles import special_prefix
 from xvocab.alignment.translate import common_prefix_length
 from xvocab.decode.pair import Pair
+from xvocab.decode.state import DraftContext, Side
 from xvocab.verification.sampling import SamplingParams
 
 GREEDY = SamplingParams(0.0, 0, 1.0)  # vLLM verifies point proposals: the draft proposes its argmax

@@ -1,38 +1,25 @@
-"""What one round of decoding is, below the loop: the checks before it, the sampling its draft proposes with, the
-noise tape, the verification of a proposal, and a decode's output.
+"""A decode request: its checks, what its rows sample with, and what it returns.
 
 What: `validate` refuses a bad request before any model runs (the tokenizers and the context are the pair's to
-check: xvocab.decode.pair); `draft_params` and `noise_tape` set up a sequence's proposal sampling and coupled noise;
-`verify_proposal` turns the target's logits over a proposal into (accepted count, next id); `Output` is what a
-decode returns. The commit step that follows a verification is xvocab.decode.commit.
+check: xvocab.decode.pair); `draft_params` and `noise_tape` set up a row's proposal sampling and coupled noise;
+`Output` is what a decode returns for each prompt. The rules of a round itself are the verification's
+(xvocab.verification.verify.verify_proposal) and the commit's (xvocab.decode.commit).
 
-Why one module: the decode loop (xvocab.decode.loop) and xvocab.vllm's proposer read the same rules, so neither imports
-the other's private names, and the package has no import cycle (tests/test_crash_paths.py walks the import graph).
-
-Invariant: every rule here is a function of its arguments alone (randomness only through the generator or
-tape passed in), so every decoder a loop runs over decodes a sequence identically.
+Invariant: every function here is a function of its arguments alone (randomness only through the seed passed in),
+so a request decodes the same through either door and any decoder.
 """
 from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass
 
-import torch
-
 from xvocab import algorithms
-from xvocab.algorithms import Proposal
+from xvocab.algorithms import Algorithm
 from xvocab.errors import ConfigError
 from xvocab.measure.stats import Stats
 from xvocab.runtime.kv import output_vocab
 from xvocab.verification.coupling import COUPLINGS, NoiseTape
-from xvocab.verification.sampling import ProbRows, SamplingParams, logits_to_probs
-from xvocab.verification.verify import (
-    coupled_exact_match_verify,
-    exact_match_verify,
-    greedy_verify,
-    rejection_verify,
-    rejection_verify_rows,
-)
+from xvocab.verification.sampling import SamplingParams
 
 @dataclass(frozen=True)
 class Output:
@@ -41,15 +28,15 @@ class Output:
     stats: Stats
 
 
-def validate(prompt, draft, draft_tokenizer, algorithm, k, max_new_tokens, draft_window=0, draft_confidence=0.0):
-    """Refuse a bad request by name, before any model runs. What the tokenizers must be is xvocab.decode.pair.prepare's
-    to check (it owns them)."""
+def validate(prompt, draft, draft_tokenizer, spec: Algorithm, k, max_new_tokens, draft_window=0, draft_confidence=0.0):
+    """Refuse a bad request by name, before any model runs (`spec`: the algorithm's registry entry). What the
+    tokenizers must be is xvocab.decode.pair.prepare's to check (it owns them)."""
     if not isinstance(prompt, str):
         raise ConfigError(f"the prompt is a {type(prompt).__name__}; pass the text to continue as a str "
                           f"(token ids: decode them with the target's tokenizer first)")
     if not prompt:
         raise ConfigError("the prompt is empty; pass the text to continue")
-    spec = algorithms.get(algorithm)  # (an unknown name is refused there, listing the registry)
+    algorithm = spec.name
     for name, value in (("k", k), ("max_new_tokens", max_new_tokens), ("draft_window", draft_window)):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):  # (numpy ints are Integral)
             raise ConfigError(f"{name}={value!r} is a {type(value).__name__}; it counts tokens: pass an int")
@@ -75,12 +62,13 @@ def validate(prompt, draft, draft_tokenizer, algorithm, k, max_new_tokens, draft
         raise ConfigError("the draft has no tokenizer; pass draft_tokenizer= (its own, even if it equals the target's)")
 
 
-def noise_tape(coupling: str, algorithm: str, params: SamplingParams, seed: int, target, device) -> NoiseTape | None:
+def noise_tape(coupling: str, spec: Algorithm, params: SamplingParams, seed: int, target, device) -> NoiseTape | None:
     """The NoiseTape a sampled run verifies exact matches with under coupling="gumbel" (the algorithms whose
-    registry entry couples), else None."""
+    registry entry `spec` couples), else None."""
+    algorithm = spec.name
     if coupling not in COUPLINGS:
         raise ConfigError(f"coupling={coupling!r}; choose one of {', '.join(COUPLINGS)}")
-    if coupling != "none" and not algorithms.get(algorithm).couples:
+    if coupling != "none" and not spec.couples:
         couples = " and ".join(algorithms.names(couples=True))
         raise ConfigError(f"coupling={coupling!r} couples exact-match verification ({couples}) to shared noise; "
                           f"{algorithm} verifies by rejection sampling, which reads no noise tape: drop coupling= for it")
@@ -96,23 +84,3 @@ def draft_params(params: SamplingParams, draft_temperature: float | None) -> Sam
     if draft_temperature < 0:
         raise ConfigError(f"draft_temperature={draft_temperature} is negative; use 0 (greedy drafting) or more")
     return SamplingParams(draft_temperature, params.top_k, params.top_p)
-
-
-def verify_proposal(logits: torch.Tensor, proposal: Proposal, params: SamplingParams,
-                    generator: torch.Generator, tape: NoiseTape | None = None, position: int = 0) -> tuple[int, int]:
-    """(accepted count, next id) for `proposal` given the target's logits [n + 1, V] after the sequence and after
-    each proposed id: greedy match, exact match (SLEM and ar: no distribution; with a `tape`, the target's
-    samples are races on its noise at continuation positions `position`, ...) or rejection sampling (sd, tli,
-    slrs)."""
-    device = logits.device
-    if params.greedy:  # the target's choices read once and compared on the host, which knows the proposal
-        return greedy_verify(logits, proposal.ids)
-    proposed = torch.tensor(proposal.ids, dtype=torch.long, device=device)
-    if proposal.probs is None:
-        if tape is not None:
-            return coupled_exact_match_verify(ProbRows(logits, params), proposed, tape, position)
-        return exact_match_verify(ProbRows(logits, params), proposed, generator)  # rows on demand
-    on_cpu = device.type == "cpu"  # rows on demand there; one vectorized pass on accelerators
-    verify = rejection_verify_rows if on_cpu else rejection_verify
-    return verify(ProbRows(logits, params) if on_cpu else logits_to_probs(logits, params),
-                  proposal.probs.to(device), proposed, generator)
