@@ -423,6 +423,7 @@ def _train_drafter_command(tmp_path):
     return Path(__file__).resolve().parent.parent, out, args
 
 
+@pytest.mark.slow  # the default tier runs the same entry, with replay on (test_replay.py's student-stage test)
 def test_train_drafter_command_end_to_end_on_a_tiny_target(tmp_path):
     """The Hydra entry runs both stages and leaves a loadable checkpoint with its record."""
     import subprocess
@@ -432,6 +433,12 @@ def test_train_drafter_command_end_to_end_on_a_tiny_target(tmp_path):
     cmd = [sys.executable, *args]
     proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    check_trained_drafter(tmp_path, out)
+
+
+def check_trained_drafter(tmp_path, out) -> None:
+    """What a run of `_train_drafter_command` leaves: two teacher shards, the record, the loss figure and log, and a
+    checkpoint that loads with its tokenizer and drafts as it learned."""
     assert len(list((tmp_path / "work" / "teacher").glob("shard-*.jsonl"))) == 2
     record = json.loads((out / "xvocab_training.json").read_text())
     assert record["step"] == 4 and record["teacher_documents"] == 6 and record["draft_tokenizer"] == "deepseek-coder"

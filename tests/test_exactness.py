@@ -586,7 +586,9 @@ def test_lookups_search_matches_its_reference():
 
 def test_lookups_index_answers_as_its_search_while_ids_grow_and_rewind():
     """A row's ContextIndex (each id indexed once as it arrives) equals find_match at every step of random growth,
-    with rewinds (a stream cut and rewritten) among them; control: an index that never rebuilds is told apart."""
+    with rewinds (a stream cut and rewritten) among them, and so does its match over ids it has not indexed (a
+    draft's proposal after them). Controls: an index that never rebuilds, and one that reads only what it indexed,
+    are told apart."""
     from xvocab.algorithms.lookup import ContextIndex, find_match
 
     class NeverRebuilds(ContextIndex):
@@ -594,8 +596,15 @@ def test_lookups_index_answers_as_its_search_while_ids_grow_and_rewind():
             self.ids = ids[:len(self.ids)]  # trusts that the ids it indexed are still there
             return super().match(ids, k)
 
+    def _indexed_only(index, ids, k):  # control for match_extended: only what the index holds, no search of `extra`
+        for n in range(min(index.max_n, len(ids) - 1), index.min_n - 1, -1):
+            a = index.after.get(tuple(ids[len(ids) - n:]))
+            if a is not None:
+                return n, ids[a:a + k]
+        return 0, []
+
     rng = torch.Generator().manual_seed(1)
-    stale = 0
+    stale = missed = 0
     for _ in range(400):
         index, control, ids = ContextIndex(), NeverRebuilds(), []
         for _ in range(12):
@@ -605,7 +614,11 @@ def test_lookups_index_answers_as_its_search_while_ids_grow_and_rewind():
             k = int(torch.randint(0, 6, (), generator=rng))
             assert index.match(ids, k) == find_match(ids, k), (ids, k)
             stale += control.match(ids, k) != find_match(ids, k)
-    assert stale > 0
+            extra = torch.randint(0, 3, (int(torch.randint(0, 5, (), generator=rng)),), generator=rng).tolist()
+            assert index.match_extended(extra, k) == find_match(ids + extra, k), (ids, extra, k)  # not indexed:
+            assert index.ids == ids                                                              # the ids stay
+            missed += index.match_extended(extra, k) != _indexed_only(index, ids + extra, k)
+    assert stale > 0 and missed > 0
 
 
 def _earliest_run(ids, k, max_n=4, min_n=2):

@@ -854,3 +854,22 @@ def test_the_record_hash_sees_what_a_decode_decided_and_nothing_a_clock_did(tmp_
     assert record_hash.main([a, c]) == 1 and "DECODES DIFFER" in capsys.readouterr().out
     assert record_hash.main([a, d]) == 1
     assert record_hash.decode_hash([base, sampled]) == record_hash.decode_hash([base])
+
+
+def test_the_cpu_named_in_every_record_says_when_its_instruction_set_is_capped(monkeypatch):
+    """records.cpu_name: the model and vector flags, and the caps set on them (an AVX-512 machine run as an AVX2 one
+    must never be reported as the AVX-512 machine). Control: without a cap, no cap is named."""
+    from xvocab.measure import records
+
+    for key in records.ISA_CAPS:
+        monkeypatch.delenv(key, raising=False)
+    records.cpu_name.cache_clear()
+    plain = records.cpu_name()
+    assert "capped" not in plain
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    records.cpu_name.cache_clear()
+    try:
+        assert records.cpu_name() == plain + " capped ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2"
+    finally:
+        records.cpu_name.cache_clear()

@@ -219,10 +219,12 @@ def test_replay_probe_gives_a_real_runs_measured_tau(pairs, tmp_path):
 
 
 def test_student_stage_logs_the_replayed_tau_of_the_checkpoint_it_saves(tmp_path):
-    """replay.records: the student stage logs replay_tau_<algorithm> at every evaluation; the last values are those
-    experiments.drafters.replay_tau gives the saved checkpoint (saved in float32: the same weights), and the model card states
-    them. Records of another target are refused by name before any training. (A 4-step student agrees with nothing,
-    so its tau is 1: that the probe measures tau is test_replay_probe_gives_a_real_runs_measured_tau's to show.)"""
+    """The drafter's Hydra entry end to end (both stages; the default tier's run of it, test_drafter's plain run is
+    `slow`): a loadable checkpoint with its record. replay.records: the student stage logs replay_tau_<algorithm> at
+    every evaluation; the last values are those experiments.drafters.replay_tau gives the saved checkpoint (saved in
+    float32: the same weights), and the model card states them. Records of another target are refused by name before
+    any training. (A 4-step student agrees with nothing, so its tau is 1: that the probe measures tau is
+    test_replay_probe_gives_a_real_runs_measured_tau's to show.)"""
     import subprocess
     import sys
 
@@ -235,6 +237,9 @@ def test_student_stage_logs_the_replayed_tau_of_the_checkpoint_it_saves(tmp_path
            "student.save_dtype=float32"]
     proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    from test_drafter import check_trained_drafter
+
+    check_trained_drafter(tmp_path, out)
     log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
     assert [r["step"] for r in log if "replay_tau_slem" in r] == [2, 4]  # eval_every=2 of 4 steps
     assert all(r["replay_tau_slem"] >= 1 and r["replay_tau_tli"] >= 1 for r in log if "replay_tau_slem" in r)

@@ -83,14 +83,38 @@ class ContextIndex:
                 return n, list(ids[a:a + k])
         return 0, []
 
+    def match_extended(self, extra: list[int], k: int) -> tuple[int, list[int]]:
+        """match(indexed ids + extra, k) without indexing `extra` (ids not committed: a draft's proposal, which the
+        next round may rewrite): the occurrences whose following id lies in `extra` are searched directly, the
+        latest first (at most len(extra) starts per n), the earlier ones read from the index. O(len(extra) x
+        MAX_N), whatever the context's length. Invariant: equals find_match(indexed ids + extra, k)."""
+        ids, c = self.ids + list(extra), len(self.ids)
+        if k <= 0:
+            return 0, []
+        for n in range(min(self.max_n, len(ids) - 1), self.min_n - 1, -1):
+            suffix = ids[len(ids) - n:]
+            for a in range(len(ids) - 1, max(c, n) - 1, -1):  # a: the id after an occurrence ending inside `extra`
+                if ids[a - n:a] == suffix:
+                    return n, ids[a:a + k]
+            a = self.after.get(tuple(suffix))
+            if a is not None:
+                return n, ids[a:a + k]
+        return 0, []
 
-def context_match(ctx: DraftContext, k: int) -> tuple[int, list[int]]:
-    """`find_match` over the row's target ids (prompt and committed continuation), through the row's ContextIndex
-    (kept in ctx.memo across its rounds)."""
+
+def context_index(ctx: DraftContext) -> ContextIndex:
+    """The row's ContextIndex (kept in ctx.memo across its rounds), brought up to its committed target ids."""
     index = ctx.memo.get(__name__)
     if index is None:
         index = ctx.memo[__name__] = ContextIndex()
-    return index.match(ctx.target.full(), k)
+    index.match(ctx.target.full(), 0)
+    return index
+
+
+def context_match(ctx: DraftContext, k: int, extra: list[int] = ()) -> tuple[int, list[int]]:
+    """`find_match` over the row's target ids (prompt and committed continuation) followed by `extra` (a proposal
+    not committed: looked at, never indexed), through the row's ContextIndex."""
+    return context_index(ctx).match_extended(list(extra), k)
 
 
 def draft(ctx: DraftContext, k: int) -> Proposal:

@@ -12,6 +12,9 @@ Per round, at most k target ids:
 The draft side is not advanced on a lookup round; the loop syncs it to the committed text afterwards (its cache
 catches up in its next forward), as it does after any round.
 
+Cost of the lookups: O(new ids + k x MAX_N) a round through the row's index (xvocab.algorithms.lookup.ContextIndex),
+whatever the context's length; the proposal in step 3 is searched beside the index, never indexed.
+
 Lossless: every proposal is a function of the committed ids and the draft's own random draws, never of the
 target's draws at the positions it verifies, and it is verified by exact match (greedy: the target's argmax;
 sampling: the target's own draw at each position, or its race on the noise tape under coupling="gumbel"), so each
@@ -46,7 +49,7 @@ def draft(ctx: DraftContext, k: int) -> Proposal:
     ids = list(proposal.ids)
     if not 0 < len(ids) < k or ids[-1] in ctx.maps.roles.values():  # (a proposed EOS is never continued)
         return proposal
-    rest = lookup.find_run(ctx.target.full() + ids, k - len(ids))  # (rare: a short draft; the whole context)
+    _, rest = lookup.context_match(ctx, k - len(ids), extra=ids)  # (the row's index; the proposal searched apart)
     return Proposal(ids + rest, None, from_context=len(rest))
 
 

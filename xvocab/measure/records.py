@@ -189,12 +189,18 @@ def _read_one(path: Path) -> list[dict]:
 _VECTOR_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16", "asimd", "sve")
 
 
+# Environment variables that cap the instruction set torch's kernels, oneDNN and MKL use below what the CPU has: a
+# machine with AVX-512 BF16 runs as an AVX2-only one (bfloat16 products emulated) under
+# ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 (CONTRIBUTING.md, "CPU kinds").
+ISA_CAPS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+
+
 @lru_cache(maxsize=1)
 def cpu_name() -> str:
     """The CPU model and the vector extensions that decide a CPU forward's cost, e.g.
-    "AMD EPYC [avx2]" or "Intel(R) Xeon(R) Platinum 8488C [avx2 avx512f avx512_bf16 amx_tile amx_bf16]".
-    Machines of one project differ (a Gemma forward: 62 ms with AMX, 162 ms with AVX2 only): every
-    figure carries this."""
+    "AMD EPYC [avx2]" or "Intel(R) Xeon(R) Platinum 8488C [avx2 avx512f avx512_bf16 amx_tile amx_bf16]", and the caps
+    set on them (ISA_CAPS: "... capped ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2"). Machines of one project
+    differ (a Gemma forward: 62 ms with AMX, 162 ms with AVX2 only): every figure carries this."""
     model, flags = platform.processor() or platform.machine(), set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -206,7 +212,8 @@ def cpu_name() -> str:
                 break
     except OSError:
         pass
-    return f"{model} [{' '.join(f for f in _VECTOR_FLAGS if f in flags)}]"
+    caps = " ".join(f"{k}={os.environ[k]}" for k in ISA_CAPS if os.environ.get(k))
+    return f"{model} [{' '.join(f for f in _VECTOR_FLAGS if f in flags)}]" + (f" capped {caps}" if caps else "")
 
 
 @lru_cache(maxsize=1)
