@@ -85,7 +85,8 @@ def generate(prompt: str, *, target, target_tokenizer, draft=None, draft_tokeniz
         def make_decoder(role, model, rows, capacity):
             return OneRow(Decoder(model, cache, capacity))
     return loop.decode([prompt], [seed], models=loop.Models(target, target_tokenizer, draft, draft_tokenizer),
-                       task=loop.Task(algorithms.get(algorithm), k, max_new_tokens, SamplingParams(temperature, top_k, top_p), stop),
+                       task=loop.Task(algorithms.get(algorithm), k, max_new_tokens,  # the name resolved here, once
+                                      SamplingParams(temperature, top_k, top_p), stop),
                        drafting=loop.Drafting(draft_confidence, draft_window, draft_encoding, draft_temperature,
                                               coupling),
                        schedule=loop.Schedule(1, make_decoder))[0]
@@ -125,7 +126,8 @@ def generate_batch(prompts: list[str], *, target, target_tokenizer, draft=None, 
         raise ConfigError(f"batch_size={batch_size} must be at least 1 (None: every prompt at once)")
     seeds = [seed + i for i in range(len(prompts))] if isinstance(seed, int) else list(seed)
     return loop.decode(list(prompts), seeds, models=loop.Models(target, target_tokenizer, draft, draft_tokenizer),
-                       task=loop.Task(algorithms.get(algorithm), k, max_new_tokens, SamplingParams(temperature, top_k, top_p), stop),
+                       task=loop.Task(algorithms.get(algorithm), k, max_new_tokens,  # the name resolved here, once
+                                      SamplingParams(temperature, top_k, top_p), stop),
                        drafting=loop.Drafting(draft_confidence, draft_window, draft_encoding, draft_temperature,
                                               coupling),
                        schedule=loop.Schedule(len(prompts) if batch_size is None else min(batch_size, len(prompts)),

@@ -5,8 +5,8 @@
                  draft sequences they ask about go through ONE draft forward per drafting step
                  (`draft_in_lockstep`), until every row has its proposal (rows propose different numbers of ids)
       verifying: ONE target forward over every row's pending ids + proposal (ragged), then each row's proposal
-                 is verified (verification.verify.verify_proposal) with that row's own generator; rows accept different counts,
-                 commit (commit.py: cut at EOS or a stop string, the draft re-synced to the new text)
+                 is verified (verification.verify.verify_proposal) with that row's own generator; rows accept
+                 different counts, commit (commit.py: cut at EOS or a stop string, the draft re-synced to the new text)
                  and finish at their own end, a finished row's slot going to the next waiting prompt.
 
 `xvocab.generate` (one prompt) and `xvocab.generate_batch` (many) are two doors to this loop; they hand it the
@@ -39,7 +39,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from xvocab import algorithms
 from xvocab.algorithms import Algorithm, Proposal
 from xvocab.decode import request
 from xvocab.decode.commit import check_stop, commit
@@ -48,8 +47,8 @@ from xvocab.decode.state import DraftContext, Side
 from xvocab.errors import ConfigError
 from xvocab.measure.stats import Stats
 from xvocab.runtime.kv import Ask, head_device
-from xvocab.verification.sampling import SamplingParams
 from xvocab.verification import verify
+from xvocab.verification.sampling import SamplingParams
 from xvocab.verification.seeds import draft_seed
 
 # make_decoder(role, model, rows, capacity) -> a decoder (module docstring); role is "target" or "draft", capacity
@@ -247,8 +246,8 @@ def play_round(live: list[Row], draft: Callable, k: int, task: Task, pair: Pair,
         n_acc, nxt = verify.verify_proposal(logits[r.slot], proposal.ids, proposal.probs, task.params, r.generator,
                                             r.ctx.tape, position=len(r.out))
         first = not r.out
-        new, finished = commit(r.out, proposal.ids[:n_acc] + [nxt], accepted=n_acc, max_new_tokens=task.max_new_tokens,
-                               stop=end_rule, t_side=r.t_side, d_side=r.d_side, ctx=r.ctx,
+        new, finished = commit(r.out, proposal.ids[:n_acc] + [nxt], accepted=n_acc,
+                               max_new_tokens=task.max_new_tokens, stop=end_rule, t_side=r.t_side, d_side=r.d_side, ctx=r.ctx,
                                same_vocab=pair.same_vocab, drafting=r.drafting)
         out.append(Verified(r, proposal, n_acc, new, finished, first))
     return Played(out, verify_start, verified_at)

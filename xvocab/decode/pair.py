@@ -105,14 +105,14 @@ def check_tokenizer(side: str, tokenizer) -> None:
                           f"use_fast=True) or xvocab.zoo.tokenizer")
 
 
-def prepare(target, target_tokenizer, draft=None, draft_tokenizer=None, *, algorithm: str | algorithms.Algorithm | None = None,
-            draft_encoding: str | None = None) -> Pair:
+def prepare(target, target_tokenizer, draft=None, draft_tokenizer=None, *,
+            algorithm: str | algorithms.Algorithm | None = None, draft_encoding: str | None = None) -> Pair:
     """The prepared pair (see the module docstring); draft=None prepares the target alone (ar).
 
-    `algorithm` (a name, or its entry): its registry entry decides whether one shared vocabulary is required (VocabularyMismatchError
-    otherwise) and which pair tables are built here (the others on first use). `draft_encoding` None
-    takes what the draft's config says it was trained on, else `native`; one shared vocabulary always encodes
-    natively (the two codecs are then one)."""
+    `algorithm` (a name, or its entry): its registry entry decides whether one shared vocabulary is required
+    (VocabularyMismatchError otherwise) and which pair tables are built here (the others on first use).
+    `draft_encoding` None takes what the draft's config says it was trained on, else `native`; one shared vocabulary
+    always encodes natively (the two codecs are then one)."""
     check_tokenizer("target", target_tokenizer)  # before eos_ids reads it (prepare_for_target checks it for its callers)
     return prepare_for_target(target_tokenizer, eos_ids(target, target_tokenizer), output_vocab(target),
                               context_limit(target),  # from the text config: a multimodal one (Gemma 3's) nests it

@@ -71,7 +71,8 @@ def noise_tape(coupling: str, spec: Algorithm, params: SamplingParams, seed: int
     if coupling != "none" and not spec.couples:
         couples = " and ".join(algorithms.names(couples=True))
         raise ConfigError(f"coupling={coupling!r} couples exact-match verification ({couples}) to shared noise; "
-                          f"{algorithm} verifies by rejection sampling, which reads no noise tape: drop coupling= for it")
+                          f"{algorithm} verifies by rejection sampling, which reads no noise tape: drop coupling= for "
+                          f"it")
     if coupling == "none" or params.greedy:
         return None
     return NoiseTape(seed, output_vocab(target), device)
