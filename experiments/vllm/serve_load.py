@@ -311,7 +311,9 @@ def _figure(groups: list[dict], path: Path, title: str) -> None:
         ax.set_title(name, fontsize=10)
         ax.grid(alpha=0.3)
     left.legend(fontsize=7)
-    fig.suptitle(f"vllm serve under load: {title}", fontsize=9)
+    import textwrap  # a long CPU name (its flags, any caps) is wrapped to the figure's width, never cut off
+
+    fig.suptitle("\n".join(textwrap.wrap(f"vllm serve under load: {title}", 150)), fontsize=9)
     fig.savefig(path, dpi=120)
 
 
