@@ -769,7 +769,13 @@ def test_the_vllm_harnesses_take_vllms_own_methods_and_any_served_algorithm():
             with pytest.raises(SystemExit):
                 parse(wrong)
     assert vllm_bench.parse("xvocab-lookup")[:2] == ("xvocab-lookup", None)
-    assert vllm_bench.parse("ngram,k=6")[2] == {"k": 6}
+    assert vllm_serve_load.parse("ngram,k=6")[2] == vllm_bench.parse("ngram,k=6")[2] == {"k": 6}
+    assert vllm_serve_load.parse("slem:smollm2-135m,load_policy=off")[2] == {"load_policy": "off"}
+    for wrong in ("slem:smollm2-135m,lod_policy=off", "ar,k=3", "ngram,k=0"):  # a typo, an option ar cannot take
+        with pytest.raises(SystemExit):
+            vllm_serve_load.parse(wrong)
+    with pytest.raises(SystemExit):  # xvocab's own loop is the bench's alone
+        vllm_serve_load.parse("xvocab-lookup")
     with pytest.raises(SystemExit, match="takes no draft"):
         vllm_bench.parse("xvocab-lookup:smollm2-135m")
     config = speculative_config("ngram", None, 4)
@@ -873,3 +879,22 @@ def test_the_cpu_named_in_every_record_says_when_its_instruction_set_is_capped(m
         assert records.cpu_name() == plain + " capped ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2"
     finally:
         records.cpu_name.cache_clear()
+
+
+def test_a_serving_variants_draft_length_reaches_vllm_and_its_settings_reach_the_proposer():
+    """experiments.vllm.serve_load.server_command: a variant's `k` option (else --k) is vLLM's num_speculative_tokens,
+    for vLLM's own methods and xvocab's proposer alike, and xvocab's settings go to the proposer's additional config
+    without it (the proposer reads k from vLLM). Control: without the option, --k."""
+    from experiments.vllm import serve_load
+
+    args = argparse.Namespace(port=8000, dtype="bfloat16", max_model_len=2048, concurrency=[1, 4], k=4)
+
+    def spec_config(command):
+        return json.loads(command[command.index("--speculative-config") + 1])
+
+    served = serve_load.server_command("slem:smollm2-135m,k=2,load_policy=off", "m", args, Path("s.json"))
+    extra = json.loads(served[served.index("--additional-config") + 1])["xvocab"]
+    assert spec_config(served)["num_speculative_tokens"] == 2
+    assert extra == {"draft": "smollm2-135m", "algorithm": "slem", "stats_file": "s.json", "load_policy": "off"}
+    assert spec_config(serve_load.server_command("ngram,k=6", "m", args, Path("s.json")))["num_speculative_tokens"] == 6
+    assert spec_config(serve_load.server_command("ngram", "m", args, Path("s.json")))["num_speculative_tokens"] == 4

@@ -45,15 +45,14 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import multiprocessing as mp
 import os
 import sys
 import time
-from dataclasses import fields
 from pathlib import Path
 
 from experiments import sidebyside
+from experiments.vllm import methods
 from experiments.vllm.methods import OWN as VLLM_OWN
 from experiments.vllm.methods import TAKES_DRAFT, speculative_config
 from xvocab import algorithms
@@ -79,38 +78,8 @@ def _takes_draft(kind: str) -> bool:
 
 
 def parse(spec: str) -> tuple[str, str | None, dict]:
-    """KIND[:DRAFT][,key=value...] -> (kind, draft, options): `k` for any drafting variant (else --k), and
-    xvocab's proposer settings for slem/tli (xvocab.vllm.settings, e.g. draft_kernels=torch, draft_confidence=0.3)."""
-    from xvocab.vllm.settings import Settings
-
-    head, *pairs = spec.split(",")
-    kind, _, draft = head.partition(":")
-    known = ("ar",) + VLLM_OWN + served() + _loop_kinds()
-    if kind not in known:
-        raise SystemExit(f"variant {spec!r}: kind {kind!r} is none of {', '.join(known)}")
-    if _takes_draft(kind) != bool(draft):
-        raise SystemExit(f"variant {spec!r}: {f'{kind} takes no draft' if draft else 'name a draft: KIND:DRAFT'}")
-    proposes = kind not in ("ar", "xvocab-ar")
-    allowed = ({"k"} if proposes else set()) | ({f.name for f in fields(Settings)} - {"draft", "algorithm"}
-                                                if kind in served() else set())
-    options = {}
-    for pair in pairs:
-        key, eq, value = pair.partition("=")
-        if not eq or key not in allowed:
-            raise SystemExit(f"variant {spec!r}: option {pair!r} is not key=value with a key of "
-                             f"{sorted(allowed) or 'none (this kind takes no options)'}")
-        options[key] = _value(value)
-    if "k" in options and (not isinstance(options["k"], int) or options["k"] < 1):
-        raise SystemExit(f"variant {spec!r}: k must be a positive int")
-    return kind, draft or None, options
-
-
-def _value(text: str):
-    """An option's value: a JSON number, true/false/null, else the text itself (draft_kernels=torch)."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
+    """A variant as experiments.vllm.methods.parse reads it, xvocab's own loop (xvocab-NAME) among the kinds."""
+    return methods.parse(spec, {kind: _takes_draft(kind) for kind in _loop_kinds()})
 
 
 # ------------------------------------------------------------------ worker side: one engine per process

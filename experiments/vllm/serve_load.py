@@ -38,46 +38,29 @@ import time
 import urllib.request
 from pathlib import Path
 
-from experiments.vllm.methods import OWN, TAKES_DRAFT, speculative_config
+from experiments.vllm.methods import OWN, parse, speculative_config
 from xvocab.vllm.settings import served
 
 WARMUP = 2
 STOP = ["\ndef ", "\nclass ", "\nif __name__", "\nprint("]  # HumanEval's (vLLM's API takes 4); prose: max_tokens
 
 
-def parse(spec: str) -> tuple[str, str | None, dict]:
-    """'kind[:draft[,key=value...]]' -> (kind, draft, options); values read as JSON where they parse."""
-    kind, _, rest = spec.partition(":")
-    draft, *pairs = rest.split(",") if rest else [None]
-    options = {}
-    for pair in pairs:
-        key, _, value = pair.partition("=")
-        try:
-            options[key] = json.loads(value)
-        except json.JSONDecodeError:
-            options[key] = value
-    known = ("ar",) + OWN + served()
-    if kind not in known:
-        raise SystemExit(f"variant {spec!r}: kind {kind!r} is none of {', '.join(known)}")
-    if TAKES_DRAFT.get(kind, kind in served()) != bool(draft):
-        raise SystemExit(f"variant {spec!r}: {f'{kind} takes no draft' if draft else 'name a draft (kind:DRAFT)'}")
-    return kind, draft, options
-
-
 def server_command(spec: str, model_dir: str, args, stats_file: Path) -> list[str]:
-
+    """The `vllm serve` command line for one variant (experiments.vllm.methods.parse reads it; its `k` option, else
+    --k, is the draft length)."""
     kind, draft, options = parse(spec)
+    k = options.pop("k", args.k)
     command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
                "--port", str(args.port), "--host", "127.0.0.1", "--dtype", args.dtype, "--enforce-eager",
                "--max-model-len", str(args.max_model_len), "--max-num-seqs", str(max(args.concurrency)),
                "--seed", "0", "--disable-uvicorn-access-log"]
     if kind in served():
         command += ["--speculative-config", json.dumps({"method": "custom_class", "model": "xvocab.vllm.Proposer",
-                                                        "num_speculative_tokens": args.k}),
+                                                        "num_speculative_tokens": k}),
                     "--additional-config", json.dumps({"xvocab": {"draft": draft, "algorithm": kind,
                                                                   "stats_file": str(stats_file), **options}})]
     elif kind in OWN:
-        command += ["--speculative-config", json.dumps(speculative_config(kind, draft, args.k))]
+        command += ["--speculative-config", json.dumps(speculative_config(kind, draft, k))]
     return command
 
 

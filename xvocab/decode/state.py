@@ -10,9 +10,11 @@ Why here, below the algorithms and beside the loop: the loop (xvocab.decode.loop
 proposer own this state and move it round by round; the drafters read and extend it. The room order places this
 module under xvocab.algorithms so that drafters can import it (experiments/checks/import_graph.py: ROOMS).
 
-Invariant: a side's first `cached` ids are exactly the ids whose states its decoder row holds, in order; every
-change to its ids goes through `rewind`, which lowers the count to the ids it kept, so a decoder asked with that
-count never reads a stale state (the test suite checks every count against the ids: xvocab.runtime.kv.Ask).
+Invariant: a side's first `cached` ids are ids whose states its decoder row holds, in order. Every change to its
+ids goes through `rewind`, which lowers the count to the ids it kept; the count rises only where a decoder answered
+(`next_logits`; the commit, past the proposal the target verified; admission, to what a prefill holds). So a
+decoder asked with that count never reads a stale state (the test suite checks every count against the ids:
+xvocab.runtime.kv.Ask).
 """
 from __future__ import annotations
 
@@ -68,6 +70,9 @@ class Side:
 
 @dataclass
 class DraftContext:
+    """What a drafter receives for one row: both sides, the sampling and generator it proposes with, the pair's
+    tables, and what it keeps across rounds (`memo`); the helpers below are what every drafter shares."""
+
     target: Side
     draft: Side
     params: SamplingParams

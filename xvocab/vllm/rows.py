@@ -10,9 +10,11 @@ draft's BatchDecoder and finds each request's by content: the view that served i
 extends it, else the view whose head the request starts with and which shares the longest prefix with it (a
 moved or resumed request: re-synced from there), else an empty row, else the row unused longest (a fresh view).
 
-Why by content: a view is a pure function of the target ids (`open_view` then `follow`), and the draft
-decoder keeps, per row, the longest prefix of draft ids its states share with what it is asked for. So a
-request can never read another's state: a wrong match costs only the forwards that re-feed the difference.
+Why by content: a view is a pure function of the target ids (`open_view` then `follow`); it stays in its slot,
+and its draft side counts only the positions that slot's decoder row answered for it, a re-sync lowering the count
+to the ids it kept (xvocab.decode.state.Side; past the count the decoder keeps only states whose ids are asked
+again). So a request can never read another's state: a wrong match costs only the forwards that re-feed the
+difference.
 Nothing survives that a later request could mistake for its own, and nothing needs vLLM's request ids.
 
 Invariant: after `follow(view, ids)` (or, by vLLM's ids, `extend(view, row, n)` then `sync_draft(view)`),
