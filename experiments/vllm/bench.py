@@ -447,13 +447,17 @@ def ratios_by_variant(rows: list[dict]) -> dict[str, tuple[tuple[float, float, f
     """{variant: ((q1, median, q3) of its per-prompt tokens/s over its group's vLLM ar, mean tau)} for one run's
     records (a variant run in several groups: its prompts pooled, each against its own group's ar)."""
     rows = [r for r in rows if not r.get("failed")]
-    ar = {(_group(r), r["prompt"]): len(r["token_ids"]) / r["seconds"] for r in rows if r["variant"] == "ar"}
-    per: dict[str, list] = {}
+    by = {}  # variant -> {(group, prompt): record}
     for r in rows:
-        if r["variant"] != "ar" and (_group(r), r["prompt"]) in ar:
-            per.setdefault(r["variant"], []).append((len(r["token_ids"]) / r["seconds"] / ar[_group(r), r["prompt"]],
-                                                     r["tau"]))
-    return {v: (sidebyside.spread([x for x, _ in xs]), sum(t for _, t in xs) / len(xs)) for v, xs in per.items()}
+        by.setdefault(r["variant"], {})[_group(r), r["prompt"]] = r
+    ar = {key: len(r["token_ids"]) / r["seconds"] for key, r in by.pop("ar", {}).items()}
+    out = {}
+    for v, mine in by.items():
+        ratios = sidebyside.paired_ratios({key: len(r["token_ids"]) / r["seconds"] for key, r in mine.items()}, ar)
+        if ratios:
+            taus = [r["tau"] for key, r in mine.items() if key in ar]
+            out[v] = (sidebyside.spread(ratios), sum(taus) / len(taus))
+    return out
 
 
 def combined_figure(dirs: list[Path], path: Path) -> None:

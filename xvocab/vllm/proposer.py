@@ -104,9 +104,6 @@ class _TimedDecoder:
         finally:
             self.seconds += time.perf_counter() - start
 
-    def holds(self, row: int) -> int:
-        return self.decoder.holds(row)
-
     def drop(self, row: int) -> None:
         self.decoder.drop(row)
 
