@@ -892,9 +892,39 @@ def test_a_serving_variants_draft_length_reaches_vllm_and_its_settings_reach_the
     def spec_config(command):
         return json.loads(command[command.index("--speculative-config") + 1])
 
-    served = serve_load.server_command("slem:smollm2-135m,k=2,load_policy=off", "m", args, Path("s.json"))
+    served = serve_load.server_command("slem:smollm2-135m,k=2,load_policy=off", "m", args, Path("s.json"), 8331)
     extra = json.loads(served[served.index("--additional-config") + 1])["xvocab"]
     assert spec_config(served)["num_speculative_tokens"] == 2
     assert extra == {"draft": "smollm2-135m", "algorithm": "slem", "stats_file": "s.json", "load_policy": "off"}
-    assert spec_config(serve_load.server_command("ngram,k=6", "m", args, Path("s.json")))["num_speculative_tokens"] == 6
-    assert spec_config(serve_load.server_command("ngram", "m", args, Path("s.json")))["num_speculative_tokens"] == 4
+    for spec, k in (("ngram,k=6", 6), ("ngram", 4)):
+        assert spec_config(serve_load.server_command(spec, "m", args, Path("s.json"), 8331))["num_speculative_tokens"] == k
+
+
+def test_serve_load_interleaves_passes_and_pairs_each_ratio_with_ars_group_of_the_same_pass():
+    """experiments.vllm.serve_load.schedule: together, every (variant, c, pass) once, pass by pass, the variants'
+    order rotating; one server at a time, variant by variant. aggregate: a ratio divides a pass's tok/s by ar's of
+    the same pass and c, tok/s is the passes' median. Control: a variant's pass with no ar group of its pass gets
+    no ratio (it is never divided by another pass's ar)."""
+    from experiments.vllm import serve_load
+
+    order = serve_load.schedule(["ar", "x"], [1, 4], 2, together=True)
+    assert sorted(order) == sorted((v, c, p) for v in ("ar", "x") for c in (1, 4) for p in (0, 1))
+    assert [v for v, _, _ in order[:4]] == ["ar", "x", "x", "ar"]  # rotating
+    assert [p for _, _, p in order] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert serve_load.schedule(["ar", "x"], [1], 2, together=False) == [("ar", 1, 0), ("ar", 1, 1), ("x", 1, 0),
+                                                                          ("x", 1, 1)]
+
+    def group(variant, p, tps):
+        return dict(kind="group", variant=variant, concurrency=4, output_tokens_per_s=tps, requests_per_s=tps / 64,
+                    errors=0, spec={}, proposer=None, **{"pass": p})
+
+    def request(variant, p, ttft):
+        return dict(kind="request", variant=variant, concurrency=4, ttft=ttft, gaps=[0.1, 0.2], **{"pass": p})
+
+    recs = [group("ar", 0, 10.0), group("x", 0, 12.0), group("ar", 1, 20.0), group("x", 1, 19.0),
+            group("x", 2, 50.0), request("x", 0, 1.0), request("x", 1, 3.0)]
+    rows = {r["variant"]: r for r in serve_load.aggregate(recs)}
+    assert rows["x"]["ratios"] == [1.2, 0.95]  # pass 2 has no ar: no ratio (control)
+    assert rows["x"]["output_tokens_per_s"] == 19.0 and rows["x"]["passes"] == 3
+    assert rows["x"]["ttft_p50"] in (1.0, 3.0) and rows["x"]["ttft_p99"] == 3.0
+    assert rows["ar"]["ratios"] == [1.0, 1.0]

@@ -1,18 +1,21 @@
 """`python -m experiments.vllm.serve_load`: `vllm serve` under load, for vLLM alone, its own speculative methods and
 xvocab's proposer, at several concurrencies. Run it with the vLLM environment's Python (make vllm-setup).
 
-What: for each variant in turn (one server at a time: two 1.5B servers do not fit a 24 GiB machine with their KV
-caches), starts vLLM's OpenAI-compatible server on 127.0.0.1, waits for /health, warms it (WARMUP requests, not
-timed: the first requests of an engine pay its lazy initialisations), then for each concurrency c sends the same
-prompts (HumanEval's and the prose stand-in's, interleaved) through a bounded asynchronous client: at most c
-streaming /v1/completions requests in flight, a new one sent as one ends. Per request it records the time to
-first token, the gaps between streamed chunks (vLLM streams a verified run of tokens as one chunk), the tokens
-(usage) and the end-to-end seconds; per (variant, c) group the wall time, vLLM's spec_decode counters (/metrics)
-and the proposer's own stats (its `stats_file`: draft memory, proposals skipped and why, the load policy's
-choices). Records append to OUT/records.jsonl one line per request and one per group; a group already recorded
-for the same settings is skipped, so a killed run resumes. The report (`--report OUT`, also at the end of a run)
-writes OUT/report.md and OUT/load.png: output tokens/s, requests/s, TTFT and chunk-gap p50/p90/p99 per group,
-acceptance per position, and each variant's throughput over vLLM's ar at the same concurrency.
+What: for each variant in turn (or, with --together, for all at once), starts vLLM's OpenAI-compatible server on
+127.0.0.1, waits for /health, warms it (WARMUP requests, not timed: the first requests of an engine pay its lazy
+initialisations), then for each concurrency c sends the same prompts (HumanEval's and the prose stand-in's,
+interleaved) through a bounded asynchronous client: at most c streaming /v1/completions requests in flight, a new
+one sent as one ends. Per request it records the time to first token, the gaps between streamed chunks (vLLM streams
+a verified run of tokens as one chunk), the tokens (usage) and the end-to-end seconds; per (variant, c) group the
+wall time, vLLM's spec_decode counters (/metrics) and the proposer's own stats (its `stats_file`: draft memory,
+proposals skipped and why, the load policy's choices). `--passes N` runs each group N times; `--together` holds
+every variant's server at once (as much memory as they all need) and interleaves their groups pass by pass, the
+order rotating, so each ratio pairs a variant's group with ar's of the same pass seconds apart (one server at a
+time, a ratio compares groups minutes apart, and the same ar server's groups were seen to move 12% between runs).
+Records append to OUT/records.jsonl one line per request and one per group; a group already recorded for the same
+settings and pass is skipped, so a killed run resumes. The report (`--report OUT`, also at the end of a run) writes
+OUT/report.md and OUT/load.png: output tokens/s, requests/s, TTFT and chunk-gap p50/p90/p99 per group, acceptance
+per position, and each variant's throughput over vLLM's ar at the same concurrency.
 
 Variants (as experiments.vllm.bench's): `ar`; vLLM's own methods (experiments.vllm.methods: `vllm-tli:DRAFT`, its
 cross-vocabulary draft; `sd:DRAFT`, its draft_model with one vocabulary; `ngram`; `suffix`); xvocab's proposer with
@@ -45,13 +48,13 @@ WARMUP = 2
 STOP = ["\ndef ", "\nclass ", "\nif __name__", "\nprint("]  # HumanEval's (vLLM's API takes 4); prose: max_tokens
 
 
-def server_command(spec: str, model_dir: str, args, stats_file: Path) -> list[str]:
+def server_command(spec: str, model_dir: str, args, stats_file: Path, port: int) -> list[str]:
     """The `vllm serve` command line for one variant (experiments.vllm.methods.parse reads it; its `k` option, else
     --k, is the draft length)."""
     kind, draft, options = parse(spec)
     k = options.pop("k", args.k)
     command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
-               "--port", str(args.port), "--host", "127.0.0.1", "--dtype", args.dtype, "--enforce-eager",
+               "--port", str(port), "--host", "127.0.0.1", "--dtype", args.dtype, "--enforce-eager",
                "--max-model-len", str(args.max_model_len), "--max-num-seqs", str(max(args.concurrency)),
                "--seed", "0", "--disable-uvicorn-access-log"]
     if kind in served():
@@ -141,9 +144,62 @@ def percentile(values: list[float], q: float) -> float | None:
     return values[min(len(values) - 1, int(round(q / 100 * (len(values) - 1))))]
 
 
-def run(args) -> None:
-    from experiments.vllm.serve_check import wait_healthy
+def schedule(variants: list[str], concurrency: list[int], passes: int, together: bool) -> list[tuple[str, int, int]]:
+    """The order of the groups (variant, c, pass). Together (every server up at once): pass by pass, c by c, every
+    variant, their order rotating from group to group, so a machine that drifts moves every variant alike and each
+    ratio pairs a variant with ar's group of the same pass and c, seconds apart. One server at a time: variant by
+    variant, its passes and concurrencies in turn (a ratio then compares groups minutes apart)."""
+    if not together:
+        return [(v, c, p) for v in variants for p in range(passes) for c in concurrency]
+    order, turn = [], 0
+    for p in range(passes):
+        for c in concurrency:
+            order += [(variants[(turn + i) % len(variants)], c, p) for i in range(len(variants))]
+            turn += 1
+    return order
+
+
+class _Server:
+    """One variant's `vllm serve` (a session of its own, stopped in `stop`), warmed before its first timed group."""
+
+    def __init__(self, spec: str, port: int, model_dir: str, args, env: dict, out: Path):
+        self.spec, self.port, self.model_dir = spec, port, model_dir
+        self.stats_file = Path(tempfile.mkdtemp()) / "xvocab_stats.json"
+        name = "".join(ch if ch.isalnum() or ch in "-." else "_" for ch in spec)
+        self.log = open(out / f"server-{name}.log", "w")
+        self.process = subprocess.Popen(server_command(spec, model_dir, args, self.stats_file, port), stdout=self.log,
+                                        stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+    def ready(self, rows: list[dict], max_tokens: int) -> None:
+        from experiments.vllm.serve_check import wait_healthy
+
+        wait_healthy(self.port, self.process)
+        asyncio.run(drive(self.port, self.model_dir, rows[:WARMUP], 1, max_tokens))  # warm, untimed
+
+    def stop(self) -> None:
+        os.killpg(self.process.pid, 15)
+        try:
+            self.process.wait(120)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, 9)
+        self.log.close()
+
+
+def _group(server: _Server, rows: list[dict], c: int, max_tokens: int) -> tuple[list[dict], dict]:
+    """One timed group: every row at concurrency c; (request records, the group's summary and counters)."""
     from xvocab.vllm.settings import STATS_EVERY
+
+    before = (spec_counters(server.port), _read(server.stats_file))
+    results, wall = asyncio.run(drive(server.port, server.model_dir, rows, c, max_tokens))
+    time.sleep(STATS_EVERY + 0.1)  # then one more request: the proposer writes its stats file
+    asyncio.run(drive(server.port, server.model_dir, rows[:1], 1, 2))
+    time.sleep(1.0)
+    after = (spec_counters(server.port), _read(server.stats_file))
+    return results, summarize(results, wall) | dict(spec=_delta(before[0], after[0]),
+                                                     proposer=_proposer_delta(before[1], after[1]))
+
+
+def run(args) -> None:
     from xvocab.measure import records
     from xvocab.zoo.serving import serving_dir
 
@@ -152,48 +208,35 @@ def run(args) -> None:
     path = out / "records.jsonl"
     settings = dict(target=args.target, dtype=args.dtype, k=args.k, prompts=args.prompts, max_tokens=args.max_tokens,
                     max_model_len=args.max_model_len, kv_gib=args.kv_gib)
-    done = {(r["variant"], r["concurrency"]) for r in records.read(path)
+    done = {(r["variant"], r["concurrency"], r.get("pass", 0)) for r in records.read(path)
             if r.get("kind") == "group" and r["settings"] == settings} if path.exists() else set()
+    todo = [g for g in schedule(args.variants, args.concurrency, args.passes, args.together) if g not in done]
     rows = prompts(args.prompts)
     model_dir = str(serving_dir(args.target))
     env = os.environ | {"VLLM_CPU_KVCACHE_SPACE": str(args.kv_gib), "KMP_BLOCKTIME": "0",
                         "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "0-1")}
-    base = dict(settings=settings, **records.environment())
-    for spec in args.variants:
-        todo = [c for c in args.concurrency if (spec, c) not in done]
-        if not todo:
-            continue
-        stats_file = Path(tempfile.mkdtemp()) / "xvocab_stats.json"
-        command = server_command(spec, model_dir, args, stats_file)
-        log = open(out / ("server-" + "".join(ch if ch.isalnum() or ch in "-." else "_" for ch in spec) + ".log"), "w")
-        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    base = dict(settings=settings, together=args.together, **records.environment())
+    waves = [todo] if args.together else [[g for g in todo if g[0] == v] for v in args.variants]
+    for wave in filter(None, waves):
+        servers: dict[str, _Server] = {}
         try:
-            wait_healthy(args.port, server)
-            asyncio.run(drive(args.port, model_dir, rows[:WARMUP], 1, args.max_tokens))  # warm, untimed
-            for c in todo:
-                before = (spec_counters(args.port), _read(stats_file))
-                results, wall = asyncio.run(drive(args.port, model_dir, rows, c, args.max_tokens))
-                time.sleep(STATS_EVERY + 0.1)  # then one more request: the proposer writes its stats file
-                asyncio.run(drive(args.port, model_dir, rows[:1], 1, 2))
-                time.sleep(1.0)
-                after = (spec_counters(args.port), _read(stats_file))
+            for i, spec in enumerate(dict.fromkeys(v for v, _, _ in wave)):
+                servers[spec] = _Server(spec, args.port + i, model_dir, args, env, out)
+            for server in servers.values():
+                server.ready(rows, args.max_tokens)
+            for spec, c, pass_ in wave:
+                results, group = _group(servers[spec], rows, c, args.max_tokens)
                 for r in results:
-                    records.append(path, dict(base, kind="request", variant=spec, concurrency=c, **r))
-                group = summarize(results, wall) | dict(spec=_delta(before[0], after[0]),
-                                                         proposer=_proposer_delta(before[1], after[1]))
-                records.append(path, dict(base, kind="group", variant=spec, concurrency=c, **group))
-                print(f"{spec:40} c={c:2}: {group['output_tokens_per_s']:.2f} tok/s, ttft p50 "
+                    records.append(path, dict(base, kind="request", variant=spec, concurrency=c, **{"pass": pass_}, **r))
+                records.append(path, dict(base, kind="group", variant=spec, concurrency=c, **{"pass": pass_}, **group))
+                print(f"{spec:40} c={c:2} pass {pass_}: {group['output_tokens_per_s']:.2f} tok/s, ttft p50 "
                       f"{group['ttft_p50']:.2f} s, errors {group['errors']}", flush=True)
         except RuntimeError as err:
-            records.append(path, dict(base, kind="failure", variant=spec, error=str(err)))
-            print(f"{spec}: {err} (see the server log)", flush=True)
+            records.append(path, dict(base, kind="failure", variants=list(servers), error=str(err)))
+            print(f"{', '.join(servers)}: {err} (see the server logs)", flush=True)
         finally:
-            os.killpg(server.pid, 15)
-            try:
-                server.wait(120)
-            except subprocess.TimeoutExpired:
-                os.killpg(server.pid, 9)
-            log.close()
+            for server in servers.values():
+                server.stop()
 
 
 def exit_on_sigterm() -> None:
@@ -243,52 +286,95 @@ def summarize(results: list[dict], wall: float) -> dict:
     return out
 
 
+def aggregate(records_: list[dict]) -> list[dict]:
+    """One row per (variant, c) over its passes: tok/s and req/s their medians; `ratios` each pass's tok/s over
+    ar's of the same pass and c (paired: with --together, groups seconds apart); TTFT and chunk-gap percentiles over
+    every request of every pass; acceptance per position weighted by each pass's drafts; skips summed; the proposer's
+    memory and policy as the last pass left them (they are cumulative)."""
+    groups = [r for r in records_ if r.get("kind") == "group"]
+    requests = [r for r in records_ if r.get("kind") == "request" and "error" not in r]
+    ar = {(r["concurrency"], r.get("pass", 0)): r["output_tokens_per_s"] for r in groups if r["variant"] == "ar"}
+    rows = []
+    for key in sorted({(r["variant"], r["concurrency"]) for r in groups}):
+        passes = sorted((r for r in groups if (r["variant"], r["concurrency"]) == key), key=lambda r: r.get("pass", 0))
+        mine = [r for r in requests if (r["variant"], r["concurrency"]) == key]
+        row = dict(variant=key[0], concurrency=key[1], passes=len(passes),
+                   output_tokens_per_s=statistics.median(r["output_tokens_per_s"] for r in passes),
+                   requests_per_s=statistics.median(r["requests_per_s"] for r in passes),
+                   ratios=[r["output_tokens_per_s"] / ar[key[1], r.get("pass", 0)] for r in passes
+                           if ar.get((key[1], r.get("pass", 0)))],
+                   errors=sum(r["errors"] for r in passes))
+        for name, values in (("ttft", [r["ttft"] for r in mine]), ("gap", [g for r in mine for g in r["gaps"]])):
+            for q in (50, 90, 99):
+                row[f"{name}_p{q}"] = percentile(values, q)
+        specs = [r["spec"] for r in passes if (r.get("spec") or {}).get("per_position")]
+        drafts = sum(max(x.get("drafts", 0.0), 1.0) for x in specs)
+        width = max((len(x["per_position"]) for x in specs), default=0)
+        row["per_position"] = [sum(max(x.get("drafts", 0.0), 1.0) * x["per_position"][i] for x in specs
+                                   if i < len(x["per_position"])) / drafts for i in range(width)]
+        proposer = [r["proposer"] for r in passes if r.get("proposer")]
+        row["skipped"] = {}
+        for x in proposer:
+            for why, n in (x.get("skipped") or {}).items():
+                row["skipped"][why] = row["skipped"].get(why, 0) + n
+        row["proposer"] = proposer[-1] if proposer else {}
+        rows.append(row)
+    return rows
+
+
 def report(out: Path) -> None:
     from xvocab.measure import records
 
-    groups = [r for r in records.read(out / "records.jsonl") if r.get("kind") == "group"]
+    every = list(records.read(out / "records.jsonl"))
+    groups = [r for r in every if r.get("kind") == "group"]
     if not groups:
         raise SystemExit(f"no group records in {out}")
     cpu = groups[-1].get("cpu")
-    base = {r["concurrency"]: r["output_tokens_per_s"] for r in groups if r["variant"] == "ar"}
+    rows = aggregate(every)
+    together = any(r.get("together") for r in groups)
     lines = [f"# vllm serve under load ({cpu}, {groups[-1]['settings']['dtype']})", "",
-             f"settings: {json.dumps(groups[-1]['settings'])}", "",
-             "| variant | c | tok/s | vs ar | req/s | TTFT p50/p90/p99 s | chunk gap p50/p90/p99 s | per position | "
-             "skipped | draft MiB (budget) | policy |", "|" + "---|" * 11]
-    for r in sorted(groups, key=lambda r: (r["variant"], r["concurrency"])):
-        p = r.get("proposer") or {}
-        skipped = {k: v for k, v in (p.get("skipped") or {}).items() if v}
+             f"settings: {json.dumps(groups[-1]['settings'])}; "
+             + ("servers up together, groups interleaved: each ratio pairs a pass with ar's of the same pass"
+                if together else "one server at a time: a ratio compares groups minutes apart"), "",
+             "vs ar: the median of the passes' ratios [their range]; tok/s and req/s: medians; TTFT and gaps: every "
+             "request of every pass.", "",
+             "| variant | c | passes | tok/s | vs ar | req/s | TTFT p50/p90/p99 s | chunk gap p50/p90/p99 s | "
+             "per position | skipped | draft MiB (budget) | policy |", "|" + "---|" * 12]
+    fmt = lambda *v: "/".join(f"{x:.2f}" if x is not None else "-" for x in v)  # noqa: E731
+    for r in rows:
+        p = r["proposer"]
+        skipped = {k: v for k, v in r["skipped"].items() if v}
         memory = (f"{p['draft_cache_bytes'] / 2**20:.0f} ({p['draft_memory_budget_bytes'] / 2**20:.0f})"
                   if p.get("draft_cache_bytes") else "")
-        ratio = r["output_tokens_per_s"] / base[r["concurrency"]] if base.get(r["concurrency"]) else None
-        fmt = lambda *v: "/".join(f"{x:.2f}" if x is not None else "-" for x in v)  # noqa: E731
-        lines.append(f"| {r['variant']} | {r['concurrency']} | {r['output_tokens_per_s']:.2f} | "
-                     f"{'' if ratio is None else f'{ratio:.2f}x'} | {r['requests_per_s']:.3f} | "
-                     f"{fmt(r['ttft_p50'], r['ttft_p90'], r['ttft_p99'])} | "
+        ratios = r["ratios"]
+        ratio = (f"{statistics.median(ratios):.2f}x" + (f" [{min(ratios):.2f}-{max(ratios):.2f}]"
+                                                        if len(ratios) > 1 else "")) if ratios else ""
+        lines.append(f"| {r['variant']} | {r['concurrency']} | {r['passes']} | {r['output_tokens_per_s']:.2f} | "
+                     f"{ratio} | {r['requests_per_s']:.3f} | {fmt(r['ttft_p50'], r['ttft_p90'], r['ttft_p99'])} | "
                      f"{fmt(r['gap_p50'], r['gap_p90'], r['gap_p99'])} | "
-                     f"{', '.join(f'{x:.2f}' for x in (r.get('spec') or {}).get('per_position', []))} | "
+                     f"{', '.join(f'{x:.2f}' for x in r['per_position'])} | "
                      f"{skipped or ''} | {memory} | {(p.get('policy') or {}).get('chosen', '')} |")
     records.write_atomic(out / "report.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
     try:
-        _figure(groups, out / "load.png", f"{groups[-1]['settings']['target']}, {groups[-1]['settings']['dtype']}, {cpu}")
+        _figure(rows, out / "load.png", f"{groups[-1]['settings']['target']}, {groups[-1]['settings']['dtype']}, {cpu}")
     except ImportError:  # (vLLM's environment has no matplotlib; the figure reads only the records)
         print(f"no figure here (matplotlib missing): .venv/bin/python -m experiments.vllm.serve_load --report {out}")
 
 
-def _figure(groups: list[dict], path: Path, title: str) -> None:
+def _figure(rows: list[dict], path: Path, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
-    for variant in sorted({r["variant"] for r in groups}):
-        rows = sorted((r for r in groups if r["variant"] == variant), key=lambda r: r["concurrency"])
-        cs = [r["concurrency"] for r in rows]
-        left.plot(cs, [r["output_tokens_per_s"] for r in rows], marker="o", label=variant)
-        right.plot(cs, [r["gap_p90"] or 0 for r in rows], marker="o", label=variant)
-    for ax, name in ((left, "output tokens/s"), (right, "p90 gap between streamed chunks (s)")):
+    for variant in sorted({r["variant"] for r in rows}):
+        mine = sorted((r for r in rows if r["variant"] == variant), key=lambda r: r["concurrency"])
+        cs = [r["concurrency"] for r in mine]
+        left.plot(cs, [r["output_tokens_per_s"] for r in mine], marker="o", label=variant)
+        right.plot(cs, [r["gap_p90"] or 0 for r in mine], marker="o", label=variant)
+    for ax, name in ((left, "output tokens/s (median of passes)"), (right, "p90 gap between streamed chunks (s)")):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("concurrent requests")
         ax.set_title(name, fontsize=10)
@@ -312,7 +398,11 @@ def main(argv=None) -> None:
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--kv-gib", type=int, default=4)
-    parser.add_argument("--port", type=int, default=8331)
+    parser.add_argument("--passes", type=int, default=1, help="each (variant, c) group this many times")
+    parser.add_argument("--together", action="store_true", help="every variant's server up at once, groups "
+                        "interleaved (ratios paired pass by pass); memory must hold them all (two bf16 1.5B servers "
+                        "with --kv-gib 2 fit 23 GiB)")
+    parser.add_argument("--port", type=int, default=8331, help="the first server's (the others': the next ports)")
     parser.add_argument("--out", default="runs/vllm_serve_load")
     parser.add_argument("--report", metavar="DIR", help="write the report and figure of DIR's records, then exit")
     args = parser.parse_args(argv)
@@ -321,6 +411,8 @@ def main(argv=None) -> None:
         return report(Path(args.report))
     for spec in args.variants:
         parse(spec)
+    if args.passes < 1:
+        raise SystemExit(f"--passes {args.passes}: at least 1")
     run(args)
     report(Path(args.out))
 
