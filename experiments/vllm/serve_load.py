@@ -2,20 +2,21 @@
 xvocab's proposer, at several concurrencies. Run it with the vLLM environment's Python (make vllm-setup).
 
 What: for each variant in turn (or, with --together, for all at once), starts vLLM's OpenAI-compatible server on
-127.0.0.1, waits for /health, warms it (WARMUP requests, not timed: the first requests of an engine pay its lazy
-initialisations), then for each concurrency c sends the same prompts (HumanEval's and the prose stand-in's,
-interleaved) through a bounded asynchronous client: at most c streaming /v1/completions requests in flight, a new
-one sent as one ends. Per request it records the time to first token, the gaps between streamed chunks (vLLM streams
-a verified run of tokens as one chunk), the tokens (usage) and the end-to-end seconds; per (variant, c) group the
-wall time, vLLM's spec_decode counters (/metrics) and the proposer's own stats (its `stats_file`: draft memory,
-proposals skipped and why, the load policy's choices). `--passes N` runs each group N times; `--together` holds
-every variant's server at once (as much memory as they all need) and interleaves their groups pass by pass, the
-order rotating, so each ratio pairs a variant's group with ar's of the same pass seconds apart (one server at a
-time, a ratio compares groups minutes apart, and the same ar server's groups were seen to move 12% between runs).
-Records append to OUT/records.jsonl one line per request and one per group; a group already recorded for the same
-settings and pass is skipped, so a killed run resumes. The report (`--report OUT`, also at the end of a run) writes
-OUT/report.md and OUT/load.png: output tokens/s, requests/s, TTFT and chunk-gap p50/p90/p99 per group, acceptance
-per position, and each variant's throughput over vLLM's ar at the same concurrency.
+127.0.0.1, waits for /health, warms it (WARMUP requests one at a time, then as many as the largest concurrency at
+once, not timed: the first requests of an engine, and its first batch of a size, pay lazy initialisations), then for
+each concurrency c sends the same prompts (HumanEval's and the prose stand-in's, interleaved) through a bounded
+asynchronous client: at most c streaming /v1/completions requests in flight, a new one sent as one ends. Per request
+it records the time to first token, the gaps between streamed chunks (vLLM streams a verified run of tokens as one
+chunk), the tokens (usage) and the end-to-end seconds; per (variant, c) group the wall time, vLLM's spec_decode
+counters (/metrics) and the proposer's own stats (its `stats_file`: draft memory, proposals skipped and why, the
+load policy's choices). `--passes N` runs each group N times; `--together` holds every variant's server at once (as
+much memory as they all need) and interleaves their groups pass by pass, the order rotating, so each ratio pairs a
+variant's group with ar's of the same pass seconds apart (one server at a time, a ratio compares groups minutes
+apart, and the same ar server's groups were seen to move 12% between runs). Records append to OUT/records.jsonl one
+line per request and one per group; a group already recorded for the same settings and pass is skipped, so a killed
+run resumes. The report (`--report OUT`, also at the end of a run) writes OUT/report.md and OUT/load.png: output
+tokens/s, requests/s, TTFT and chunk-gap p50/p90/p99 per group, acceptance per position, and each variant's
+throughput over vLLM's ar at the same concurrency.
 
 Variants (as experiments.vllm.bench's): `ar`; vLLM's own methods (experiments.vllm.methods: `vllm-tli:DRAFT`, its
 cross-vocabulary draft; `sd:DRAFT`, its draft_model with one vocabulary; `ngram`; `suffix`); xvocab's proposer with
@@ -170,11 +171,15 @@ class _Server:
         self.process = subprocess.Popen(server_command(spec, model_dir, args, self.stats_file, port), stdout=self.log,
                                         stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
-    def ready(self, rows: list[dict], max_tokens: int) -> None:
+    def ready(self, rows: list[dict], max_tokens: int, concurrency: int) -> None:
+        """Wait for /health, then warm, untimed: WARMUP requests one at a time, then `concurrency` at once (a first
+        batch of that size pays lazy initialisations of its own: a first group at c = 4 ran 40% slower than the
+        next, on ar's server and the proposer's alike)."""
         from experiments.vllm.serve_check import wait_healthy
 
         wait_healthy(self.port, self.process)
-        asyncio.run(drive(self.port, self.model_dir, rows[:WARMUP], 1, max_tokens))  # warm, untimed
+        asyncio.run(drive(self.port, self.model_dir, rows[:WARMUP], 1, max_tokens))
+        asyncio.run(drive(self.port, self.model_dir, rows[:concurrency], concurrency, max_tokens))
 
     def stop(self) -> None:
         os.killpg(self.process.pid, 15)
@@ -223,7 +228,7 @@ def run(args) -> None:
             for i, spec in enumerate(dict.fromkeys(v for v, _, _ in wave)):
                 servers[spec] = _Server(spec, args.port + i, model_dir, args, env, out)
             for server in servers.values():
-                server.ready(rows, args.max_tokens)
+                server.ready(rows, args.max_tokens, max(args.concurrency))
             for spec, c, pass_ in wave:
                 results, group = _group(servers[spec], rows, c, args.max_tokens)
                 for r in results:
