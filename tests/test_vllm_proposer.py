@@ -628,6 +628,36 @@ def test_the_measured_policy_learns_nothing_from_a_step_that_held_a_draft_prefil
             assert recorded.count(False) >= 3 and True in recorded, recorded
 
 
+def test_the_measured_policys_probes_stay_within_their_share_of_the_time_however_much_a_probe_costs(monkeypatch):
+    """Under load a probe of drafting after a spell aside pays its rows' catch-up: its first step is slow and taught
+    nothing. Probes then wait until the clock has run on by PROBE_SHARE's inverse times their excess cost, so the
+    time lost to them stays near PROBE_SHARE. Controls: without the share (the step gap alone) the same costly
+    probes lose more than that; probes as cheap as a plain step keep the step gap (more of them)."""
+    from xvocab.vllm import policy as step_policy
+    from xvocab.vllm.policy import PROBE_MAX, PROBE_SHARE, StepPolicy
+
+    def play(catch_up: float, steps: int = 20 * PROBE_MAX) -> tuple[int, float]:
+        policy, lost, last = StepPolicy(4), 0.0, 0
+        for _ in range(steps):
+            arm = policy.choose(4)
+            if arm == 0:
+                policy.observe(4, 4, 1.0)
+            else:  # drafting is slower (4 tokens in 1.5 s), and a probe's first step after aside catches up
+                first = last == 0
+                seconds = 1.5 + (catch_up if first else 0.0)
+                lost += seconds - 1.0
+                policy.observe(4, 4, seconds, clean=not first)
+            last = arm
+        return sum(n for arm, n in policy.chosen.items() if arm), lost / policy.clock
+
+    probes, share = play(catch_up=30.0)
+    assert share <= 1.25 * PROBE_SHARE, share  # (the warm-up's steps included)
+    cheap, _ = play(catch_up=0.0)
+    assert cheap > probes, (cheap, probes)
+    monkeypatch.setattr(step_policy, "PROBE_SHARE", float("inf"))
+    assert play(catch_up=30.0)[1] > 1.25 * PROBE_SHARE
+
+
 def test_the_sampler_repair_takes_vllms_arguments_by_position_or_any_keyword_and_only_where_the_defect_can_be():
     """The repair's kernel reads its arguments as vLLM passes them, positionally or by keyword (`MAX_NUM_TOKENS=` in
     newer vLLM); an unknown argument is an error, not a silent misreading. Without vLLM's CPU platform (here: no

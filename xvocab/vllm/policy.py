@@ -11,8 +11,12 @@ sampling and the proposer's own drafting: everything the choice changed). Per ba
 arm (0: step aside, k // 2, k), the policy keeps the mean emitted tokens per second of the last WINDOW steps of
 that arm; each arm is tried WARMUP times, then the best is played, and the arm measured least recently is tried
 once more after PROBE_EVERY steps of the bucket (a machine, a workload and a draft's acceptance drift), the gap
-doubling, up to PROBE_MAX, each time a probe leaves the best arm as it was (a probe of a losing arm is a slow
-step). Where a smaller batch has settled on stepping aside, a larger one starts there and tries drafting only by
+doubling, up to PROBE_MAX, each time a probe leaves the best arm as it was. A probe of a losing arm is a slow step,
+and after a spell aside a slow one: its rows first read the text and the prompts they missed (under load a probe
+cost several plain steps, and a 30-second group that held a dozen of them lost 8% to them). So probes also share
+time: the next probe of a bucket waits until the time since the last one is at least its excess cost (its steps'
+seconds less what the best arm would have taken for the tokens they emitted) over PROBE_SHARE, keeping exploration
+within about PROBE_SHARE of the wall time however costly a probe turns out on the machine. Where a smaller batch has settled on stepping aside, a larger one starts there and tries drafting only by
 probes (drafting pays less as the batch grows: the target's forward turns compute-bound). Steps that teach
 nothing about the arm are left out: those whose requests changed (an admission or a departure, even at one batch
 size: vLLM's prefill of the newcomer ran inside them), those in which the proposer prefilled a draft prompt (a cost
@@ -40,6 +44,7 @@ PROBE_EVERY = 32
 PROBE_MAX = 1024
 STALL = 4.0
 RETRIES = 2
+PROBE_SHARE = 0.02
 MODES = ("measured", "off")
 
 
@@ -67,6 +72,10 @@ class StepPolicy:
         self._pending: tuple[int, int] | None = None  # (batch, arm) of the step being measured
         self._again: tuple[int, int, int] | None = None  # (bucket, arm, retries): an arm whose step taught nothing
         self._retries = 0                            # replays of the arm being played (RETRIES at most)
+        self.clock = 0.0                             # seconds of every step observed
+        self.probe_not_before: dict[int, float] = {}  # bucket -> the clock before which it plays no probe
+        self._probe: list | None = None              # [bucket, best arm, seconds, tokens] of the probe in play
+        self.probe_seconds = 0.0                     # seconds of every probe's steps (stats)
 
     def choose(self, batch: int) -> int:
         self.steps += 1
@@ -90,6 +99,7 @@ class StepPolicy:
             self._retries = again[2]
             return again[1]  # its last step taught nothing (module docstring): measure it again
         self._retries = 0
+        self._end_probe()
         aside = any(self.settled(smaller) == 0 for smaller in self.seen if smaller < b)
         fresh = [arm for arm in self.arms if len(seen[arm]) < WARMUP and not (aside and arm > 0)]
         if fresh:
@@ -100,11 +110,23 @@ class StepPolicy:
             gap = min(2 * gap, PROBE_MAX) if self.best_before_probe.pop(b) == best else PROBE_EVERY
             at = n + gap
         self.probe_at[b] = (at, gap)
-        if n >= at:
+        if n >= at and self.clock >= self.probe_not_before.get(b, 0.0):
             self.best_before_probe[b] = best
+            self._probe = [b, best, 0.0, 0]
             played = self.last_played.get(b, {})
             return min(self.arms, key=lambda arm: (played.get(arm, 0), arm))
         return best
+
+    def _end_probe(self) -> None:
+        """Once a probe's steps (and its replays) are observed: the next probe of its bucket waits until the clock
+        has run on by the probe's excess cost over PROBE_SHARE (module docstring)."""
+        if self._probe is None:
+            return
+        b, best, seconds, tokens = self._probe
+        self._probe = None
+        rate = self.rate(b, best)
+        excess = max(0.0, seconds - (tokens / rate if rate > 0 else 0.0))
+        self.probe_not_before[b] = self.clock + excess / PROBE_SHARE
 
     def settled(self, b: int) -> int | None:
         """The best arm of bucket b once every arm there has been measured WARMUP times, else None."""
@@ -123,6 +145,11 @@ class StepPolicy:
         """The step after a choice: `batch` rows emitted `tokens` in `seconds` since that choice's step began;
         `clean` False where that interval held work that is not the arm's (module docstring): nothing is learnt."""
         pending, self._pending = self._pending, None
+        self.clock += max(seconds, 0.0)
+        if self._probe is not None and pending is not None:  # the probe's steps, clean or not, are its cost
+            self._probe[2] += max(seconds, 0.0)
+            self.probe_seconds += max(seconds, 0.0)
+            self._probe[3] += tokens
         if pending is not None and not clean and self.mode == "measured" and not self.lengths:
             self._again = (bucket(pending[0]), pending[1], self._retries + 1)
         if pending is None or not clean or self.mode == "off" or self.lengths or pending[0] != batch or seconds <= 0:
@@ -136,5 +163,6 @@ class StepPolicy:
 
     def as_dict(self) -> dict:
         return {"mode": "fixed" if self.lengths else self.mode, "chosen": dict(sorted(self.chosen.items())),
+                "probe_share": round(self.probe_seconds / self.clock, 4) if self.clock > 0 else 0.0,
                 "tokens_per_second": {b: {arm: round(self.rate(b, arm), 3) for arm in arms}
                                       for b, arms in sorted(self.seen.items())}}
