@@ -14,7 +14,7 @@ from xvocab.measure.policy import Costs, Policy
 from xvocab.zoo.tiny import mirror_model
 
 # The suites' algorithm lists, from the registry (a new algorithm joins every suite that runs these).
-CROSS = algorithms.names(cross_vocabulary=True)   # every algorithm over two vocabularies: slem, tli, slrs, rdk, lookup_slem
+CROSS = algorithms.names(cross_vocabulary=True)   # every algorithm over two vocabularies: slem, tli, slrs, rdk, lookup_slem, lookup_tli
 ALL = ("ar",) + CROSS                             # with the baseline
 
 

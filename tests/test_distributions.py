@@ -245,6 +245,21 @@ def test_each_algorithm_passes_where_its_control_fails(cases, alg):
     assert pvalue(cases, CASE_OF[algorithms.get(alg).control_case], alg, "T1-top_k3") > ALPHA
 
 
+def test_lookup_tli_finishes_a_short_tli_draft_with_point_masses(cases, monkeypatch):
+    """lookup_tli's step 3 at T > 0: on "repeats" the steered draft gives each of its three ids 1/3, so
+    draft_confidence=0.5 stops TLI after one id wherever the context's last ids do not recur, and the context's run
+    after it fills the rest: a proposal of q~ rows, then point masses. It follows the target's law. Control: the
+    filled positions alone sent with uniform rows (each filled id then accepted nearly always) is rejected, which
+    also shows the mixed proposals ran. Four tokens (81 equally likely sequences, 600 samples: every bin expected to
+    hold more than 5): with three, the first round's run and the token budget leave no room for a mixed proposal."""
+    from xvocab.algorithms import lookup_tli
+
+    kw = dict(k=3, draft_confidence=0.5, tokens=4, n=600)
+    assert pvalue(cases, "repeats", "lookup_tli", "T1-top_k3", **kw) > ALPHA
+    monkeypatch.setattr(lookup_tli, "_points", lookup_tli._uniform)
+    assert pvalue(cases, "repeats", "lookup_tli", "T1-top_k3", **kw) < ALPHA
+
+
 # ------------------------------------------------------------------ negative controls: the same test must fail
 
 

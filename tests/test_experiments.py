@@ -492,14 +492,16 @@ def test_expected_acceptance_tells_a_mirror_from_a_stranger():
     assert cut["0.7/1.0"] == cut["0.7"] and cut["0.7/1e-06"] == cut["0.0"]
     assert cut["0.7/0.9"] != cut["0.7"] and "0.0/0.9" not in cut
     # Any registered rejection algorithm scored by running its own drafter for one token: TLI's equals the
-    # closed form above (the same q~ reached two ways), and SLRS's and RDK's proposals differ from it.
+    # closed form above (the same q~ reached two ways), SLRS's and RDK's proposals differ from it, and
+    # lookup_tli's is TLI's (no 3 ids of this continuation recur, so its first proposal is TLI's draw).
     names = algorithms.names(cross_vocabulary=True, verification="rejection")  # tli, slrs and any registered since
     scored = expected_acceptance("def fibonacci(n):", (target, tt, stranger, dt), SamplingParams(1.0), 12, seed=0,
                                  scored=names)
     tli = scored["by_algorithm"]["tli"]
     assert len(tli) == len(scored["alphas"]) and all(
         (x is None) == (y is None) and (x is None or abs(x - y) < 1e-5) for x, y in zip(tli, scored["alphas"]))
-    assert all(scored["by_algorithm"][name] != tli for name in names if name != "tli")
+    assert all(scored["by_algorithm"][name] != tli for name in ("slrs", "rdk"))
+    assert scored["by_algorithm"]["lookup_tli"] == tli  # the same drawn q~ rows, bit for bit
 
 
 def test_interleave_times_variants_side_by_side_and_checks_outputs_that_must_agree(tmp_path):

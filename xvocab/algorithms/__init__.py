@@ -17,7 +17,7 @@ xvocab, and calling `register` at its top level (it may import from xvocab.algor
 A Proposal carries target-vocabulary ids and, for the rejection-sampling family (sd, tli, slrs), the
 distribution each was drawn from; exact-match proposals (slem, ar) carry none.
 """
-from xvocab.algorithms import ar, lookup, lookup_slem, rdk, sd, slem, slrs, tli
+from xvocab.algorithms import ar, lookup, lookup_slem, lookup_tli, rdk, sd, slem, slrs, tli
 from xvocab.algorithms.common import Algorithm, Proposal
 from xvocab.errors import ConfigError
 
@@ -30,6 +30,7 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
     rdk.ALGORITHM,
     lookup.ALGORITHM,
     lookup_slem.ALGORITHM,
+    lookup_tli.ALGORITHM,
 )}
 
 
