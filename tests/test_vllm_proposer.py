@@ -621,9 +621,12 @@ def test_the_measured_policy_learns_nothing_from_a_step_that_held_a_draft_prefil
         recorded, real = [], proposer.policy.observe
         proposer.policy.observe = lambda batch, tokens, seconds, clean=True: (recorded.append(clean),
                                                                               real(batch, tokens, seconds, clean))
+        chosen, choose = [], proposer.policy.choose
+        proposer.policy.choose = lambda batch: chosen.append(choose(batch)) or chosen[-1]
         run_engine(proposer, target, [prompt_ids(tt, p) for p in prompts], 12, identity=True, late=late)
-        if late == 0:  # one request: the step after its draft prefill is unclean, later ones teach
-            assert recorded[0] is False and len(recorded) > 2 and recorded.count(True) > len(recorded) // 2, recorded
+        if late == 0:  # one request: its first drafting step (its draft prefill) is unclean, later ones teach
+            first = next(i for i, arm in enumerate(chosen) if arm > 0)
+            assert recorded[first] is False and recorded.count(True) > len(recorded) // 2, (chosen, recorded)
         else:  # and a second request's arrival, and its own prefill, add unclean steps
             assert recorded.count(False) >= 3 and True in recorded, recorded
 
@@ -656,6 +659,46 @@ def test_the_measured_policys_probes_stay_within_their_share_of_the_time_however
     assert cheap > probes, (cheap, probes)
     monkeypatch.setattr(step_policy, "PROBE_SHARE", float("inf"))
     assert play(catch_up=30.0)[1] > 1.25 * PROBE_SHARE
+
+
+def test_the_measured_policy_counts_how_often_its_best_arm_changed():
+    """stats()['policy']['switches']: per bucket, how often the best arm changed (noisy measurements show as many).
+    Drafting that always loses: none after the warm-up; drafting that starts to pay midway: at least one, and the
+    policy then drafts (the control that the count can move)."""
+    from xvocab.vllm.policy import PROBE_EVERY, StepPolicy
+
+    for turn, want in ((None, 0), (2 * PROBE_EVERY, 1)):  # (probes, ever rarer, must outvote the slow warm-up)
+        policy = StepPolicy(4)
+        for step in range(200 * PROBE_EVERY):
+            arm = policy.choose(2)
+            pays = turn is not None and step >= turn
+            policy.observe(2, 2 + (arm if pays else 0), 1.0 + (0 if pays else arm))
+        switches = policy.as_dict()["switches"].get(2, 0)
+        assert (switches >= 1) if want else switches == 0, switches
+        assert (policy.settled(2) > 0) == bool(want)
+
+
+def test_the_measured_policys_warm_up_is_bounded_where_the_batch_keeps_changing(monkeypatch):
+    """At 16 concurrent requests the batch changes on most steps, so few steps measure anything; a warm-up bounded
+    only by measurements kept playing k for a minute at a quarter of ar's speed. Steps that never measure: each
+    arm is played at most WARMUP_TRIES times, then the policy steps aside (0 unmeasured: no evidence drafting pays).
+    Where only the drafting steps never measure (stepping aside measured first), the same bound; control: with
+    unbounded tries (the old rule) the policy drafts on most steps."""
+    from xvocab.vllm import policy as step_policy
+    from xvocab.vllm.policy import WARMUP_TRIES, StepPolicy
+
+    def play(policy, aside_measures: bool, steps=500):
+        arms = []
+        for _ in range(steps):
+            arms.append(policy.choose(16))
+            policy.observe(16, 16, 1.0, clean=aside_measures and arms[-1] == 0)  # else the requests changed
+        return arms
+
+    for aside_measures in (False, True):
+        arms = play(StepPolicy(4), aside_measures)
+        assert sum(a > 0 for a in arms) <= 2 * WARMUP_TRIES + 12 and arms[-100:].count(0) >= 90  # (and probes)
+    monkeypatch.setattr(step_policy, "WARMUP_TRIES", 10**9)
+    assert sum(a > 0 for a in play(StepPolicy(4), aside_measures=True)) > 250
 
 
 def test_the_sampler_repair_takes_vllms_arguments_by_position_or_any_keyword_and_only_where_the_defect_can_be():
@@ -693,7 +736,7 @@ def test_engine_args_refuse_vllms_second_model_runner_by_name(monkeypatch):
 def test_the_measured_policy_probes_a_losing_arm_ever_more_rarely_and_larger_batches_start_aside():
     """Where drafting loses (every k > 0 step slower), probes back off (the gap doubles while they change nothing), and
     a larger batch starts stepping aside once a smaller one has settled there. Control: a policy with no smaller
-    batch settled warms every arm at the larger batch first."""
+    batch settled warms every arm at the larger batch first (stepping aside, the fallback, first)."""
     from xvocab.vllm.policy import PROBE_EVERY, WARMUP, StepPolicy
 
     def play(policy, batch, steps):
@@ -712,4 +755,4 @@ def test_the_measured_policy_probes_a_losing_arm_ever_more_rarely_and_larger_bat
     larger = play(policy, 8, 4 * PROBE_EVERY)
     assert larger[:WARMUP] == [0] * WARMUP and sum(a > 0 for a in larger) <= 3
     control = play(StepPolicy(4), 8, 4 * PROBE_EVERY)
-    assert sum(a > 0 for a in control[:2 * WARMUP]) == 2 * WARMUP
+    assert control[:WARMUP] == [0] * WARMUP and sum(a > 0 for a in control[:3 * WARMUP]) == 2 * WARMUP

@@ -8,23 +8,29 @@ config: it is measured where the engine runs.
 What: `StepPolicy.choose(batch)` returns the draft length for this step; `observe` is told, at the next step, how
 many tokens vLLM emitted and how many seconds passed since the last step began (the target's verification, vLLM's
 sampling and the proposer's own drafting: everything the choice changed). Per batch-size bucket (BUCKETS) and per
-arm (0: step aside, k // 2, k), the policy keeps the mean emitted tokens per second of the last WINDOW steps of
-that arm; each arm is tried WARMUP times, then the best is played, and the arm measured least recently is tried
-once more after PROBE_EVERY steps of the bucket (a machine, a workload and a draft's acceptance drift), the gap
-doubling, up to PROBE_MAX, each time a probe leaves the best arm as it was. A probe of a losing arm is a slow step,
-and after a spell aside a slow one: its rows first read the text and the prompts they missed (under load a probe
-cost several plain steps, and a 30-second group that held a dozen of them lost 8% to them). So probes also share
-time: the next probe of a bucket waits until the time since the last one is at least its excess cost (its steps'
-seconds less what the best arm would have taken for the tokens they emitted) over PROBE_SHARE, keeping exploration
-within about PROBE_SHARE of the wall time however costly a probe turns out on the machine. Where a smaller batch has settled on stepping aside, a larger one starts there and tries drafting only by
-probes (drafting pays less as the batch grows: the target's forward turns compute-bound). Steps that teach
-nothing about the arm are left out: those whose requests changed (an admission or a departure, even at one batch
-size: vLLM's prefill of the newcomer ran inside them), those in which the proposer prefilled a draft prompt (a cost
-paid once a request, not a cost of drafting: counting it made drafting look slow at batch 1, where every request
-starts with one) or fed a draft the text it missed while stepping aside (a probe's first step pays that catch-up,
-which made every probe of drafting look slow, so a policy once aside stayed aside), and those that waited on
-something else (longer than STALL x the arm's median). A step that taught nothing is played again (at most
-RETRIES times in a row), so an arm's first step after a catch-up is followed by one that measures it.
+arm (0: step aside, k // 2, k), the policy keeps the mean emitted tokens per second of the last WINDOW steps of that
+arm; each arm is warmed until it has WARMUP measured steps or has been played WARMUP_TRIES times (the cheapest
+first: stepping aside, the fallback, is measured before any drafting is; and where the batch keeps changing few
+steps measure anything, so a warm-up bounded only by measurements kept playing k at 16 requests for a whole minute,
+at a quarter of `ar`'s speed), then the best measured arm is played (stepping aside where it is unmeasured: no
+evidence says drafting pays), and the arm measured least recently is tried once more after PROBE_EVERY steps of the
+bucket (a machine, a workload and a draft's acceptance drift), the gap doubling, up to PROBE_MAX, each time a probe
+leaves the best arm as it was; a probe whose own step beat the best arm is played again at once (its window still
+holds the samples that made it lose, and a regime may have changed). A probe of a losing arm is a slow step, and
+after a spell aside a slow one: its rows first read the text and the prompts they missed (under load a probe cost
+several plain steps, and a 30-second group that held a dozen of them lost 8% to them). So probes also share time:
+the next probe of a bucket waits until the time since the last one is at least its excess cost (its steps' seconds
+less what the best arm would have taken for the tokens they emitted) over PROBE_SHARE, keeping exploration within
+about PROBE_SHARE of the wall time however costly a probe turns out on the machine. Where a smaller batch has
+settled on stepping aside, a larger one starts there and tries drafting only by probes (drafting pays less as the
+batch grows: the target's forward turns compute- bound). Steps that teach nothing about the arm are left out: those
+whose requests changed (an admission or a departure, even at one batch size: vLLM's prefill of the newcomer ran
+inside them), those in which the proposer prefilled a draft prompt (a cost paid once a request, not a cost of
+drafting: counting it made drafting look slow at batch 1, where every request starts with one) or fed a draft the
+text it missed while stepping aside (a probe's first step pays that catch-up, which made every probe of drafting
+look slow, so a policy once aside stayed aside), and those that waited on something else (longer than STALL x the
+arm's median). A step that taught nothing is played again (at most RETRIES times in a row), so an arm's first step
+after a catch-up is followed by one that measures it.
 
 `draft_lengths={batch: k}` instead fixes the length per batch size as vLLM's own per-batch-size lengths do (the k of
 the largest key at most the batch); `mode="off"` always drafts k.
@@ -44,6 +50,7 @@ PROBE_EVERY = 32
 PROBE_MAX = 1024
 STALL = 4.0
 RETRIES = 2
+WARMUP_TRIES = WARMUP * (1 + RETRIES)  # plays of an arm in a bucket after which it is warmed, measured or not
 PROBE_SHARE = 0.02
 MODES = ("measured", "off")
 
@@ -66,8 +73,11 @@ class StepPolicy:
         self.last_played: dict[int, dict[int, int]] = {}  # bucket -> arm -> step it last ran
         self.steps = 0
         self.bucket_steps: dict[int, int] = {}      # bucket -> steps played in it
+        self.plays: dict[int, dict[int, int]] = {}   # bucket -> arm -> steps it was played there
         self.probe_at: dict[int, tuple[int, int]] = {}  # bucket -> (its step of the next probe, the gap to it)
         self.best_before_probe: dict[int, int] = {}  # bucket -> the best arm when its last probe was played
+        self.probed: dict[int, tuple[int, int]] = {}  # bucket -> (the arm its last probe played, its samples then)
+        self.again_probe: dict[int, int] = {}        # bucket -> an arm whose probe measured better than the best
         self.chosen: dict[int, int] = {}             # arm -> steps it was chosen (stats)
         self._pending: tuple[int, int] | None = None  # (batch, arm) of the step being measured
         self._again: tuple[int, int, int] | None = None  # (bucket, arm, retries): an arm whose step taught nothing
@@ -76,6 +86,8 @@ class StepPolicy:
         self.probe_not_before: dict[int, float] = {}  # bucket -> the clock before which it plays no probe
         self._probe: list | None = None              # [bucket, best arm, seconds, tokens] of the probe in play
         self.probe_seconds = 0.0                     # seconds of every probe's steps (stats)
+        self.best: dict[int, int] = {}               # bucket -> its best arm when last asked
+        self.switches: dict[int, int] = {}           # bucket -> how often its best arm changed (stats: noise shows)
 
     def choose(self, batch: int) -> int:
         self.steps += 1
@@ -85,8 +97,11 @@ class StepPolicy:
         elif self.mode == "off" or batch == 0:
             arm = self.k
         else:
-            arm = self._measured(bucket(batch))
-            self.last_played.setdefault(bucket(batch), {})[arm] = self.steps
+            b = bucket(batch)
+            arm = self._measured(b)
+            self.last_played.setdefault(b, {})[arm] = self.steps
+            plays = self.plays.setdefault(b, {})
+            plays[arm] = plays.get(arm, 0) + 1
         self.chosen[arm] = self.chosen.get(arm, 0) + 1
         self._pending = (batch, arm)
         return arm
@@ -101,21 +116,42 @@ class StepPolicy:
         self._retries = 0
         self._end_probe()
         aside = any(self.settled(smaller) == 0 for smaller in self.seen if smaller < b)
-        fresh = [arm for arm in self.arms if len(seen[arm]) < WARMUP and not (aside and arm > 0)]
+        plays = self.plays.get(b, {})
+        fresh = [arm for arm in self.arms if len(seen[arm]) < WARMUP and plays.get(arm, 0) < WARMUP_TRIES
+                 and not (aside and arm > 0)]
         if fresh:
-            return fresh[-1]  # (the longest first: most is learnt about acceptance)
-        best = max(self.arms, key=lambda arm: (self.rate(b, arm), -arm))
+            return fresh[0]  # (the cheapest first: module docstring)
+        best = self._best(b)
+        if self.best.setdefault(b, best) != best:
+            self.best[b] = best
+            self.switches[b] = self.switches.get(b, 0) + 1
         at, gap = self.probe_at.get(b, (n + PROBE_EVERY, PROBE_EVERY))
         if b in self.best_before_probe:  # the last probe has been measured: widen the gap if it changed nothing
             gap = min(2 * gap, PROBE_MAX) if self.best_before_probe.pop(b) == best else PROBE_EVERY
             at = n + gap
+            arm, before = self.probed.pop(b)
+            mine = seen[arm]
+            if arm != best and len(mine) > before and mine[-1][1] > 0 and mine[-1][0] / mine[-1][1] > self.rate(b, best):
+                at, gap = n, PROBE_EVERY  # its own step beat the best: measured again now (module docstring)
+                self.again_probe[b] = arm
         self.probe_at[b] = (at, gap)
         if n >= at and self.clock >= self.probe_not_before.get(b, 0.0):
             self.best_before_probe[b] = best
             self._probe = [b, best, 0.0, 0]
             played = self.last_played.get(b, {})
-            return min(self.arms, key=lambda arm: (played.get(arm, 0), arm))
+            arm = self.again_probe.pop(b, None)
+            arm = min(self.arms, key=lambda a: (played.get(a, 0), a)) if arm is None else arm
+            self.probed[b] = (arm, len(seen[arm]))
+            return arm
+        self.again_probe.pop(b, None)
         return best
+
+    def _best(self, b: int) -> int:
+        """The measured arm with the most tokens per second in bucket b; 0 (step aside) while 0 is unmeasured."""
+        seen = self.seen.get(b, {})
+        if not seen.get(0):
+            return 0
+        return max((arm for arm in self.arms if seen.get(arm)), key=lambda arm: (self.rate(b, arm), -arm))
 
     def _end_probe(self) -> None:
         """Once a probe's steps (and its replays) are observed: the next probe of its bucket waits until the clock
@@ -133,7 +169,7 @@ class StepPolicy:
         seen = self.seen.get(b, {})
         if any(len(seen.get(arm, ())) < WARMUP for arm in self.arms):
             return None
-        return max(self.arms, key=lambda arm: (self.rate(b, arm), -arm))
+        return self._best(b)
 
     def rate(self, b: int, arm: int) -> float:
         """Mean emitted tokens per second of the arm's recent steps in bucket b (0 unseen)."""
@@ -164,5 +200,6 @@ class StepPolicy:
     def as_dict(self) -> dict:
         return {"mode": "fixed" if self.lengths else self.mode, "chosen": dict(sorted(self.chosen.items())),
                 "probe_share": round(self.probe_seconds / self.clock, 4) if self.clock > 0 else 0.0,
+                "switches": dict(sorted(self.switches.items())),
                 "tokens_per_second": {b: {arm: round(self.rate(b, arm), 3) for arm in arms}
                                       for b, arms in sorted(self.seen.items())}}
