@@ -701,6 +701,24 @@ def test_the_measured_policys_warm_up_is_bounded_where_the_batch_keeps_changing(
     assert sum(a > 0 for a in play(StepPolicy(4), aside_measures=True)) > 250
 
 
+def test_the_policy_sees_every_scheduled_request_as_the_batch_those_in_prefill_included(pairs):
+    """A request vLLM is still prefilling samples nothing this step, yet its prefill is in the step's forward: the
+    policy's batch counts it (counting only the rows that sampled made a batch of 2 look like 1, and the policy
+    drafted in bucket 1 there). The old count, 1, fails the assertion."""
+    target_dir, draft_dir = pairs[PAIRS[0]]
+    target, tt = xvocab.zoo.model(str(target_dir))
+    proposer = Proposer(vllm_config(target_dir, draft=str(draft_dir)))
+    seen, choose = [], proposer.policy.choose
+    proposer.policy.choose = lambda batch: seen.append(batch) or choose(batch)
+    ids = [prompt_ids(tt, p) for p in PROMPTS[:2]]
+    tokens = np.zeros((4, 1024), dtype=np.int32)
+    counts = np.zeros(4, dtype=np.int32)
+    for i, row in enumerate(ids):
+        tokens[i, :len(row)], counts[i] = row, len(row)
+    proposer.propose([[int(ids[0][-1])], []], counts, tokens)  # row 1: in prefill, nothing sampled
+    assert seen == [2]
+
+
 def test_the_sampler_repair_takes_vllms_arguments_by_position_or_any_keyword_and_only_where_the_defect_can_be():
     """The repair's kernel reads its arguments as vLLM passes them, positionally or by keyword (`MAX_NUM_TOKENS=` in
     newer vLLM); an unknown argument is an error, not a silent misreading. Without vLLM's CPU platform (here: no

@@ -13,24 +13,29 @@ arm; each arm is warmed until it has WARMUP measured steps or has been played WA
 first: stepping aside, the fallback, is measured before any drafting is; and where the batch keeps changing few
 steps measure anything, so a warm-up bounded only by measurements kept playing k at 16 requests for a whole minute,
 at a quarter of `ar`'s speed), then the best measured arm is played (stepping aside where it is unmeasured: no
-evidence says drafting pays), and the arm measured least recently is tried once more after PROBE_EVERY steps of the
-bucket (a machine, a workload and a draft's acceptance drift), the gap doubling, up to PROBE_MAX, each time a probe
-leaves the best arm as it was; a probe whose own step beat the best arm is played again at once (its window still
-holds the samples that made it lose, and a regime may have changed). A probe of a losing arm is a slow step, and
-after a spell aside a slow one: its rows first read the text and the prompts they missed (under load a probe cost
-several plain steps, and a 30-second group that held a dozen of them lost 8% to them). So probes also share time:
-the next probe of a bucket waits until the time since the last one is at least its excess cost (its steps' seconds
-less what the best arm would have taken for the tokens they emitted) over PROBE_SHARE, keeping exploration within
-about PROBE_SHARE of the wall time however costly a probe turns out on the machine. Where a smaller batch has
-settled on stepping aside, a larger one starts there and tries drafting only by probes (drafting pays less as the
-batch grows: the target's forward turns compute- bound). Steps that teach nothing about the arm are left out: those
-whose requests changed (an admission or a departure, even at one batch size: vLLM's prefill of the newcomer ran
-inside them), those in which the proposer prefilled a draft prompt (a cost paid once a request, not a cost of
-drafting: counting it made drafting look slow at batch 1, where every request starts with one) or fed a draft the
-text it missed while stepping aside (a probe's first step pays that catch-up, which made every probe of drafting
-look slow, so a policy once aside stayed aside), and those that waited on something else (longer than STALL x the
-arm's median). A step that taught nothing is played again (at most RETRIES times in a row), so an arm's first step
-after a catch-up is followed by one that measures it.
+evidence says drafting pays).
+
+Probes: the arm measured least recently is tried once more after PROBE_EVERY steps of the bucket (a machine, a
+workload and a draft's acceptance drift), the gap doubling, up to PROBE_MAX, each time a probe leaves the best arm
+as it was; a probe whose own step beat every recent step of the best arm is played again at once (its window still
+holds the samples that made it lose, and a regime may have changed; beating only the best's mean would trigger on
+noise: a drafting step emits anywhere from 1 to k + 1 tokens). A probe of a losing arm is a slow step, and after a
+spell aside a slow one: its rows first read the text and the prompts they missed (under load a probe cost several
+plain steps, and a 30-second group that held a dozen of them lost 8% to them). So probes also share time: the next
+probe of a bucket waits until the time since the last one is at least its excess cost (its steps' seconds less what
+the best arm would have taken for the tokens they emitted) over PROBE_SHARE, keeping exploration within about
+PROBE_SHARE of the wall time however costly a probe turns out on the machine.
+
+Where a smaller batch has settled on stepping aside, a larger one starts there and tries drafting only by probes
+(drafting pays less as the batch grows: the target's forward turns compute-bound).
+
+Steps that teach nothing about the arm are left out: those whose requests changed (an admission or a departure, even
+at one batch size: vLLM's prefill of the newcomer ran inside them), those in which the proposer prefilled a draft
+prompt (a cost paid once a request, not a cost of drafting: counting it made drafting look slow at batch 1, where
+every request starts with one) or fed a draft the text it missed while stepping aside (a probe's first step pays
+that catch-up, which made every probe of drafting look slow, so a policy once aside stayed aside), and those that
+waited on something else (longer than STALL x the arm's median). A step that taught nothing is played again (at most
+RETRIES times in a row), so an arm's first step after a catch-up is followed by one that measures it.
 
 `draft_lengths={batch: k}` instead fixes the length per batch size as vLLM's own per-batch-size lengths do (the k of
 the largest key at most the batch); `mode="off"` always drafts k.
@@ -131,8 +136,9 @@ class StepPolicy:
             at = n + gap
             arm, before = self.probed.pop(b)
             mine = seen[arm]
-            if arm != best and len(mine) > before and mine[-1][1] > 0 and mine[-1][0] / mine[-1][1] > self.rate(b, best):
-                at, gap = n, PROBE_EVERY  # its own step beat the best: measured again now (module docstring)
+            top = max((t / s for t, s in seen[best] if s > 0), default=0.0)  # the best arm's fastest recent step
+            if arm != best and len(mine) > before and mine[-1][1] > 0 and mine[-1][0] / mine[-1][1] > top:
+                at, gap = n, PROBE_EVERY  # its own step beat all of the best's: measured again now (docstring)
                 self.again_probe[b] = arm
         self.probe_at[b] = (at, gap)
         if n >= at and self.clock >= self.probe_not_before.get(b, 0.0):
