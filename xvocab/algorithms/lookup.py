@@ -117,6 +117,15 @@ def context_match(ctx: DraftContext, k: int, extra: list[int] = ()) -> tuple[int
     return context_index(ctx).match_extended(list(extra), k)
 
 
+def run_after(ctx: DraftContext, ids: list[int], k: int) -> list[int]:
+    """The context's run that finishes a draft's proposal `ids` shorter than k (the draft stopped short: its text
+    ended inside a run the context has seen), up to k ids in all; [] where `ids` is empty, already k long, or ends
+    in EOS (a proposed EOS is never continued). The compositions (lookup_slem, lookup_tli) share it."""
+    if not 0 < len(ids) < k or ids[-1] in ctx.maps.roles.values():
+        return []
+    return context_match(ctx, k - len(ids), extra=ids)[1]
+
+
 def draft(ctx: DraftContext, k: int) -> Proposal:
     _, run = context_match(ctx, k)
     return Proposal(run, None, from_context=len(run))

@@ -46,11 +46,8 @@ def draft(ctx: DraftContext, k: int) -> Proposal:
     if trusted.ids:
         return trusted
     proposal = yield from slem.draft(ctx, k)
-    ids = list(proposal.ids)
-    if not 0 < len(ids) < k or ids[-1] in ctx.maps.roles.values():  # (a proposed EOS is never continued)
-        return proposal
-    _, rest = lookup.context_match(ctx, k - len(ids), extra=ids)  # (the row's index; the proposal searched apart)
-    return Proposal(ids + rest, None, from_context=len(rest))
+    rest = lookup.run_after(ctx, list(proposal.ids), k)  # (the row's index; the proposal searched apart)
+    return Proposal(list(proposal.ids) + rest, None, from_context=len(rest)) if rest else proposal
 
 
 ALGORITHM = Algorithm("lookup_slem", draft, verification="exact", couples=True, in_vllm=True, free_draft=trusted_run,

@@ -63,9 +63,7 @@ def _draft(ctx: DraftContext, k: int, *, rows_of_run, whole_runs_with_rows: bool
         return Proposal(trusted.ids, rows_of_run(trusted.ids, like), from_context=len(trusted.ids))
     proposal = yield from tli.draft(ctx, k)
     ids = list(proposal.ids)
-    if not 0 < len(ids) < k or ids[-1] in ctx.maps.roles.values():  # (a proposed EOS is never continued)
-        return proposal
-    _, rest = lookup.context_match(ctx, k - len(ids), extra=ids)
+    rest = lookup.run_after(ctx, ids, k)
     if not rest:
         return proposal
     probs = proposal.probs  # [len(ids), V_target] q~ rows; None when greedy
