@@ -231,9 +231,10 @@ def run(args) -> None:
                 server.ready(rows, args.max_tokens, max(args.concurrency))
             for spec, c, pass_ in wave:
                 results, group = _group(servers[spec], rows, c, args.max_tokens)
+                key = dict(variant=spec, concurrency=c, **{"pass": pass_})
                 for r in results:
-                    records.append(path, dict(base, kind="request", variant=spec, concurrency=c, **{"pass": pass_}, **r))
-                records.append(path, dict(base, kind="group", variant=spec, concurrency=c, **{"pass": pass_}, **group))
+                    records.append(path, dict(base, kind="request", **key, **r))
+                records.append(path, dict(base, kind="group", **key, **group))
                 print(f"{spec:40} c={c:2} pass {pass_}: {group['output_tokens_per_s']:.2f} tok/s, ttft p50 "
                       f"{group['ttft_p50']:.2f} s, errors {group['errors']}", flush=True)
         except RuntimeError as err:
@@ -394,8 +395,8 @@ def _figure(rows: list[dict], path: Path, title: str) -> None:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", default="qwen2.5-coder-1.5b")
-    parser.add_argument("--variants", nargs="+", default=["ar", "slem:smollm2-135m", "slem:smollm2-135m,load_policy=off",
-                                                          "vllm-tli:smollm2-135m"])
+    parser.add_argument("--variants", nargs="+", default=["ar", "slem:smollm2-135m",
+                                                          "slem:smollm2-135m,load_policy=off", "vllm-tli:smollm2-135m"])
     parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 2, 4, 8, 16])
     parser.add_argument("--prompts", type=int, default=16)
     parser.add_argument("--max-tokens", type=int, default=64)

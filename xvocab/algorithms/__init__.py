@@ -3,10 +3,11 @@
 Each file defines `draft(ctx, k)`, a generator over the row's decode state (xvocab.decode.state.DraftContext)
 returning a Proposal (it asks for the draft's logits whenever it needs them: xvocab.algorithms.common), and
 `ALGORITHM`, its entry: how its proposals are verified, whether it reads a draft, can be coupled or needs one
-vocabulary, which pair tables it reads, and its negative control (xvocab.algorithms.common.Algorithm). REGISTRY lists them, one line each; everything outside this package knows
-algorithms only through it (the loop, xvocab.decode.pair, xvocab.measure.records, the sweeps, the benchmarks and the
-test suites). Adding an algorithm is its file, its line below and conf/algorithm/<name>.yaml (README, "Adding an
-algorithm"; tests/test_registry.py checks each entry against its drafter and the suites).
+vocabulary, which pair tables it reads, and its negative control (xvocab.algorithms.common.Algorithm). REGISTRY
+lists them, one line each; everything outside this package knows algorithms only through it (the loop,
+xvocab.decode.pair, xvocab.measure.records, the sweeps, the benchmarks and the test suites). Adding an algorithm is
+its file, its line below and conf/algorithm/<name>.yaml (README, "Adding an algorithm"; tests/test_registry.py
+checks each entry against its drafter and the suites).
 
 Every list of algorithms outside this package is read from REGISTRY when it is used, never copied at import, so
 an algorithm registered later joins them. An algorithm defined outside the package reaches other processes

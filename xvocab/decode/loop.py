@@ -247,8 +247,8 @@ def play_round(live: list[Row], draft: Callable, k: int, task: Task, pair: Pair,
                                             r.ctx.tape, position=len(r.out))
         first = not r.out
         new, finished = commit(r.out, proposal.ids[:n_acc] + [nxt], accepted=n_acc,
-                               max_new_tokens=task.max_new_tokens, stop=end_rule, t_side=r.t_side, d_side=r.d_side, ctx=r.ctx,
-                               same_vocab=pair.same_vocab, drafting=r.drafting)
+                               max_new_tokens=task.max_new_tokens, stop=end_rule, t_side=r.t_side, d_side=r.d_side,
+                               ctx=r.ctx, same_vocab=pair.same_vocab, drafting=r.drafting)
         out.append(Verified(r, proposal, n_acc, new, finished, first))
     return Played(out, verify_start, verified_at)
 
