@@ -661,6 +661,42 @@ def test_the_measured_policys_probes_stay_within_their_share_of_the_time_however
     assert play(catch_up=30.0)[1] > 1.25 * PROBE_SHARE
 
 
+def test_each_batch_sizes_probes_are_paid_from_that_batch_sizes_own_time():
+    """A server alternates: long spells at one request, short ones at 8, where a probe of drafting costs a 30 s
+    catch-up. Each batch size's probe budget accrues on its own steps' seconds, so at 8 the time lost to probes stays
+    near PROBE_SHARE of the time spent at 8. Control: on the whole server's clock (the old rule, emulated by crediting
+    every bucket with every step's seconds) the spells at one request pay for probes at 8, and they lose more."""
+    from xvocab.vllm.policy import BUCKETS, PROBE_SHARE, StepPolicy, bucket
+
+    class ServerClock(StepPolicy):
+        def observe(self, batch, tokens, seconds, clean=True):
+            pending = self._pending
+            super().observe(batch, tokens, seconds, clean)
+            for b in BUCKETS:
+                if pending is not None and b != bucket(pending[0]):
+                    self.bucket_clock[b] = self.bucket_clock.get(b, 0.0) + seconds
+
+    def share_lost_at_8(policy) -> float:
+        lost = spent = 0.0
+        last = 0
+        for _ in range(20):
+            for batch, steps in ((1, 2000), (8, 200)):
+                for _ in range(steps):
+                    arm = policy.choose(batch)
+                    first = arm > 0 and last == 0
+                    if batch == 1:  # drafting loses a little, so one request settles aside and 8 starts there
+                        seconds, clean = (1.2 if arm else 1.0), True
+                    else:
+                        seconds, clean = (1.5 + 30.0 * first if arm else 1.0), not first
+                        lost, spent = lost + seconds - 1.0, spent + seconds
+                    policy.observe(batch, batch, seconds, clean)
+                    last = arm
+        return lost / spent
+
+    assert share_lost_at_8(StepPolicy(4)) <= 1.25 * PROBE_SHARE
+    assert share_lost_at_8(ServerClock(4)) > 2 * PROBE_SHARE
+
+
 def test_the_measured_policy_counts_how_often_its_best_arm_changed():
     """stats()['policy']['switches']: per bucket, how often the best arm changed (noisy measurements show as many).
     Drafting that always loses: none after the warm-up; drafting that starts to pay midway: at least one, and the

@@ -24,7 +24,9 @@ spell aside a slow one: its rows first read the text and the prompts they missed
 plain steps, and a 30-second group that held a dozen of them lost 8% to them). So probes also share time: the next
 probe of a bucket waits until the time since the last one is at least its excess cost (its steps' seconds less what
 the best arm would have taken for the tokens they emitted) over PROBE_SHARE, keeping exploration within about
-PROBE_SHARE of the wall time however costly a probe turns out on the machine.
+PROBE_SHARE of the wall time however costly a probe turns out on the machine. That time is the bucket's own (the
+seconds of its steps): on the whole server's clock, a spell at other batch sizes paid for probes a short spell at
+this one had not earned (at 8 requests a probe costs about 1.5 s of catch-up, and a 30-second group at 8 held six).
 
 Where a smaller batch has settled on stepping aside, a larger one starts there and tries drafting only by probes
 (drafting pays less as the batch grows: the target's forward turns compute-bound).
@@ -88,7 +90,8 @@ class StepPolicy:
         self._again: tuple[int, int, int] | None = None  # (bucket, arm, retries): an arm whose step taught nothing
         self._retries = 0                            # replays of the arm being played (RETRIES at most)
         self.clock = 0.0                             # seconds of every step observed
-        self.probe_not_before: dict[int, float] = {}  # bucket -> the clock before which it plays no probe
+        self.bucket_clock: dict[int, float] = {}     # bucket -> seconds of its steps (its probes' time budget)
+        self.probe_not_before: dict[int, float] = {}  # bucket -> its clock's value before which it plays no probe
         self._probe: list | None = None              # [bucket, best arm, seconds, tokens] of the probe in play
         self.probe_seconds = 0.0                     # seconds of every probe's steps (stats)
         self.best: dict[int, int] = {}               # bucket -> its best arm when last asked
@@ -141,7 +144,7 @@ class StepPolicy:
                 at, gap = n, PROBE_EVERY  # its own step beat all of the best's: measured again now (docstring)
                 self.again_probe[b] = arm
         self.probe_at[b] = (at, gap)
-        if n >= at and self.clock >= self.probe_not_before.get(b, 0.0):
+        if n >= at and self.bucket_clock.get(b, 0.0) >= self.probe_not_before.get(b, 0.0):
             self.best_before_probe[b] = best
             self._probe = [b, best, 0.0, 0]
             played = self.last_played.get(b, {})
@@ -160,15 +163,15 @@ class StepPolicy:
         return max((arm for arm in self.arms if seen.get(arm)), key=lambda arm: (self.rate(b, arm), -arm))
 
     def _end_probe(self) -> None:
-        """Once a probe's steps (and its replays) are observed: the next probe of its bucket waits until the clock
-        has run on by the probe's excess cost over PROBE_SHARE (module docstring)."""
+        """Once a probe's steps (and its replays) are observed: the next probe of its bucket waits until the
+        bucket's clock has run on by the probe's excess cost over PROBE_SHARE (module docstring)."""
         if self._probe is None:
             return
         b, best, seconds, tokens = self._probe
         self._probe = None
         rate = self.rate(b, best)
         excess = max(0.0, seconds - (tokens / rate if rate > 0 else 0.0))
-        self.probe_not_before[b] = self.clock + excess / PROBE_SHARE
+        self.probe_not_before[b] = self.bucket_clock.get(b, 0.0) + excess / PROBE_SHARE
 
     def settled(self, b: int) -> int | None:
         """The best arm of bucket b once every arm there has been measured WARMUP times, else None."""
@@ -188,6 +191,9 @@ class StepPolicy:
         `clean` False where that interval held work that is not the arm's (module docstring): nothing is learnt."""
         pending, self._pending = self._pending, None
         self.clock += max(seconds, 0.0)
+        if pending is not None and self.mode == "measured" and not self.lengths:
+            b = bucket(pending[0])
+            self.bucket_clock[b] = self.bucket_clock.get(b, 0.0) + max(seconds, 0.0)
         if self._probe is not None and pending is not None:  # the probe's steps, clean or not, are its cost
             self._probe[2] += max(seconds, 0.0)
             self.probe_seconds += max(seconds, 0.0)
