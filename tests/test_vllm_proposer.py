@@ -697,6 +697,41 @@ def test_each_batch_sizes_probes_are_paid_from_that_batch_sizes_own_time():
     assert share_lost_at_8(ServerClock(4)) > 2 * PROBE_SHARE
 
 
+def test_a_dip_in_the_batch_keeps_the_larger_batchs_arm_for_hold_seconds(monkeypatch):
+    """Drafting pays at one request and loses at 8. Where the batch dips from 8 to 1 for a few steps (a request
+    ending while the next is admitted), the policy keeps bucket 8's arm, stepping aside, so rows aside are not made
+    to catch up for a few drafting steps; after HOLD seconds at 1 it drafts again. Control: with no hold, the dips
+    draft."""
+    from xvocab.vllm import policy as step_policy
+    from xvocab.vllm.policy import HOLD, StepPolicy
+
+    def play(policy, batch, steps, seconds=0.1):
+        arms = []
+        for _ in range(steps):
+            arm = policy.choose(batch)
+            rate = (1 + arm) if batch == 1 else (1 - arm / 8)  # tokens a row per step: drafting wins at 1 only
+            policy.observe(batch, batch * rate, seconds)
+            arms.append(arm)
+        return arms
+
+    def dips(policy) -> list[int]:
+        play(policy, 1, 3000)
+        play(policy, 8, 3000)
+        assert policy.settled(1) > 0 and policy.settled(8) == 0
+        arms = []
+        for _ in range(20):
+            arms += play(policy, 1, 3)  # 0.3 s at one request
+            play(policy, 8, 30)
+        assert policy.rate(8, 0) == pytest.approx(80.0)  # a dip's steps are not measured as bucket 8's
+        return arms
+
+    assert sum(dips(StepPolicy(4))) == 0
+    long_spell = play(StepPolicy(4), 1, int(3 * HOLD / 0.1))
+    assert long_spell[-1] > 0
+    monkeypatch.setattr(step_policy, "HOLD", 0.0)
+    assert sum(a > 0 for a in dips(StepPolicy(4))) >= 40
+
+
 def test_the_measured_policy_counts_how_often_its_best_arm_changed():
     """stats()['policy']['switches']: per bucket, how often the best arm changed (noisy measurements show as many).
     Drafting that always loses: none after the warm-up; drafting that starts to pay midway: at least one, and the
