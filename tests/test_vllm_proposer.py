@@ -697,6 +697,33 @@ def test_each_batch_sizes_probes_are_paid_from_that_batch_sizes_own_time():
     assert share_lost_at_8(ServerClock(4)) > 2 * PROBE_SHARE
 
 
+def test_a_batch_sizes_first_probe_waits_for_what_probes_cost_a_row_so_far():
+    """At 2 requests drafting loses and each probe of it pays a catch-up (2 s, unclean). The server then runs a short
+    spell at 16 requests, which starts aside: its first probe would catch up 16 rows, so it waits until 16's own
+    time has earned that cost at PROBE_SHARE, and the short spell holds none. Control: with no probe cost known (a
+    server's first probe), the spell at 16 probes after PROBE_EVERY steps."""
+    from xvocab.vllm.policy import StepPolicy
+
+    def play(policy, batch, steps):
+        arms, last = [], 0
+        for _ in range(steps):
+            arm = policy.choose(batch)
+            first = arm > 0 and last == 0
+            policy.observe(batch, batch, (0.15 + 2.0 * first) if arm else 0.1, clean=not first)
+            arms.append(arm)
+            last = arm
+        return arms
+
+    for known in (True, False):
+        policy = StepPolicy(4)
+        play(policy, 2, 5000)
+        assert policy.settled(2) == 0 and policy.probe_row_cost > 0.5
+        if not known:
+            policy.probe_row_cost = 0.0
+        drafted = sum(a > 0 for a in play(policy, 16, 400))  # 40 s at 16
+        assert (drafted == 0) == known, drafted
+
+
 def test_a_dip_in_the_batch_keeps_the_larger_batchs_arm_for_hold_seconds(monkeypatch):
     """Drafting pays at one request and loses at 8. Where the batch dips from 8 to 1 for a few steps (a request
     ending while the next is admitted), the policy keeps bucket 8's arm, stepping aside, so rows aside are not made

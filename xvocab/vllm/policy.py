@@ -27,6 +27,9 @@ the best arm would have taken for the tokens they emitted) over PROBE_SHARE, kee
 PROBE_SHARE of the wall time however costly a probe turns out on the machine. That time is the bucket's own (the
 seconds of its steps): on the whole server's clock, a spell at other batch sizes paid for probes a short spell at
 this one had not earned (at 8 requests a probe costs about 1.5 s of catch-up, and a 30-second group at 8 held six).
+A bucket's first probe waits the same way, for the cost a probe would have there as the probes so far measured it
+(the largest excess cost of any probe per row of its bucket, times this bucket's rows): a catch-up grows with the
+rows, and at 16 requests a free first probe prefilled 16 draft prompts, a fifth of a 15-second group.
 
 The bucket is that of the largest batch of the last HOLD seconds: a batch that grows is followed at once, one that
 shrinks only after HOLD. A dip in the batch (a request ending while the next is admitted, the last requests of a
@@ -102,6 +105,7 @@ class StepPolicy:
         self.probe_not_before: dict[int, float] = {}  # bucket -> its clock's value before which it plays no probe
         self._probe: list | None = None              # [bucket, best arm, seconds, tokens] of the probe in play
         self.probe_seconds = 0.0                     # seconds of every probe's steps (stats)
+        self.probe_row_cost = 0.0                    # the largest excess seconds of a probe per row of its bucket
         self.best: dict[int, int] = {}               # bucket -> its best arm when last asked
         self.switches: dict[int, int] = {}           # bucket -> how often its best arm changed (stats: noise shows)
 
@@ -163,7 +167,8 @@ class StepPolicy:
                 at, gap = n, PROBE_EVERY  # its own step beat all of the best's: measured again now (docstring)
                 self.again_probe[b] = arm
         self.probe_at[b] = (at, gap)
-        if n >= at and self.bucket_clock.get(b, 0.0) >= self.probe_not_before.get(b, 0.0):
+        first = self.probe_row_cost * b / PROBE_SHARE  # (a bucket not yet probed: module docstring)
+        if n >= at and self.bucket_clock.get(b, 0.0) >= self.probe_not_before.get(b, first):
             self.best_before_probe[b] = best
             self._probe = [b, best, 0.0, 0]
             played = self.last_played.get(b, {})
@@ -191,6 +196,7 @@ class StepPolicy:
         rate = self.rate(b, best)
         excess = max(0.0, seconds - (tokens / rate if rate > 0 else 0.0))
         self.probe_not_before[b] = self.bucket_clock.get(b, 0.0) + excess / PROBE_SHARE
+        self.probe_row_cost = max(self.probe_row_cost, excess / b)
 
     def settled(self, b: int) -> int | None:
         """The best arm of bucket b once every arm there has been measured WARMUP times, else None."""
@@ -232,6 +238,6 @@ class StepPolicy:
     def as_dict(self) -> dict:
         return {"mode": "fixed" if self.lengths else self.mode, "chosen": dict(sorted(self.chosen.items())),
                 "probe_share": round(self.probe_seconds / self.clock, 4) if self.clock > 0 else 0.0,
-                "switches": dict(sorted(self.switches.items())),
+                "switches": dict(sorted(self.switches.items())), "probe_row_cost": round(self.probe_row_cost, 4),
                 "tokens_per_second": {b: {arm: round(self.rate(b, arm), 3) for arm in arms}
                                       for b, arms in sorted(self.seen.items())}}
