@@ -619,8 +619,8 @@ def test_the_measured_policy_learns_nothing_from_a_step_that_held_a_draft_prefil
     for prompts, late in ((PROMPTS[:1], 0), (PROMPTS[:2], 1)):
         proposer = Proposer(vllm_config(target_dir, draft=str(draft_dir)))
         recorded, real = [], proposer.policy.observe
-        proposer.policy.observe = lambda batch, tokens, seconds, clean=True: (recorded.append(clean),
-                                                                              real(batch, tokens, seconds, clean))
+        proposer.policy.observe = lambda batch, tokens, seconds, clean=True, idle=False: (
+            recorded.append(clean), real(batch, tokens, seconds, clean, idle))
         chosen, choose = [], proposer.policy.choose
         proposer.policy.choose = lambda batch: chosen.append(choose(batch)) or chosen[-1]
         run_engine(proposer, target, [prompt_ids(tt, p) for p in prompts], 12, identity=True, late=late)
@@ -695,6 +695,30 @@ def test_each_batch_sizes_probes_are_paid_from_that_batch_sizes_own_time():
 
     assert share_lost_at_8(StepPolicy(4)) <= 1.25 * PROBE_SHARE
     assert share_lost_at_8(ServerClock(4)) > 2 * PROBE_SHARE
+
+
+def test_time_the_engine_sat_idle_counts_on_no_clock_and_pays_for_no_probe():
+    """Bursts of 16 requests, each 3 s of steps, separated by a minute with no request (the first step of a burst
+    shares no request with the last one: the proposer says `idle` of the interval that ends there). Drafting loses
+    at 16 and a probe pays a 5 s catch-up (16 rows); the time lost to probes stays within about PROBE_SHARE of the
+    busy time. Control: the idle minutes counted as time at 16 (the old clock) pay for more probes."""
+    from xvocab.vllm.policy import PROBE_SHARE, StepPolicy
+
+    def share_lost(flag_idle: bool) -> float:
+        policy, lost, busy, last = StepPolicy(4), 0.0, 0.0, 0
+        for burst in range(600):
+            for step in range(30):
+                arm = policy.choose(16)
+                first = arm > 0 and last == 0
+                seconds = (0.15 + 5.0 * first) if arm else 0.1
+                lost, busy = lost + seconds - 0.1, busy + seconds
+                idle = step == 29  # the burst's last step: timed at the next burst's first, the idle minute between
+                policy.observe(16, 16, seconds + 60.0 * idle, clean=not first, idle=flag_idle and idle)
+                last = arm
+        return lost / busy
+
+    assert share_lost(True) <= 1.25 * PROBE_SHARE
+    assert share_lost(False) > 2 * PROBE_SHARE
 
 
 def test_a_batch_sizes_first_probe_waits_for_what_probes_cost_a_row_so_far():

@@ -211,9 +211,14 @@ class StepPolicy:
         seconds = sum(s for _, s in seen)
         return sum(t for t, _ in seen) / seconds if seconds > 0 else 0.0
 
-    def observe(self, batch: int, tokens: int, seconds: float, clean: bool = True) -> None:
+    def observe(self, batch: int, tokens: int, seconds: float, clean: bool = True, idle: bool = False) -> None:
         """The step after a choice: `batch` rows emitted `tokens` in `seconds` since that choice's step began;
-        `clean` False where that interval held work that is not the arm's (module docstring): nothing is learnt."""
+        `clean` False where that interval held work that is not the arm's (module docstring): nothing is learnt.
+        `idle` where the interval spans time the engine had no request (no request in common with the choice's
+        step): then it counts on no clock either (the gaps between bursts of requests, tens of seconds, were once
+        counted as time spent at a batch size, and paid for probes that time had not earned)."""
+        if idle:
+            seconds, clean = 0.0, False
         pending, self._pending = self._pending, None
         self.clock += max(seconds, 0.0)
         if pending is not None and pending[2]:

@@ -271,7 +271,8 @@ class Proposer:
             # requests changed or that step prefilled or caught up a draft (xvocab.vllm.policy)
             clean = (len(members) == len(self._last_members) and not self._prefilled
                      and all(a is b for a, b in zip(members, self._last_members)))
-            self.policy.observe(len(sampled_token_ids), emitted, start - self._last_start, clean)
+            idle = not {id(v) for v in members} & {id(v) for v in self._last_members}  # (the engine may have idled)
+            self.policy.observe(len(sampled_token_ids), emitted, start - self._last_start, clean, idle)
         # the batch the policy sees is every request vLLM scheduled, those still in prefill included: a newcomer's
         # prefill made a batch of 2 look like 1, and the policy drafted there, paying catch-ups (under load 10%
         # of `ar` at 2-8 requests, where a policy that never drafted lost nothing)
