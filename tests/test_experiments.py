@@ -930,3 +930,39 @@ def test_serve_load_interleaves_passes_and_pairs_each_ratio_with_ars_group_of_th
     assert rows["x"]["output_tokens_per_s"] == 19.0 and rows["x"]["passes"] == 3
     assert rows["x"]["ttft_p50"] in (1.0, 3.0) and rows["x"]["ttft_p99"] == 3.0
     assert rows["ar"]["ratios"] == [1.0, 1.0]
+
+
+def test_lookup_replay_takes_a_real_runs_rounds_and_each_rule_finds_what_it_says():
+    """experiments.benchmarks.lookup_replay: replaying xvocab's lookup rule over a greedy `lookup` run's own output
+    takes exactly that run's target forwards (a tiny target whose head is zeroed: its argmax, id 0, repeats);
+    `longest` takes the occurrence sharing the longest suffix where `lookup` takes the latest 4-id match;
+    `frequent` the majority continuation, and earlier outputs where `frequent+outputs` may read them. Control: the
+    replay can differ from the run: the frequent walk over an earlier output of zeros proposes 4 ids a round where
+    lookup's latest match has 1."""
+    import torch
+
+    import xvocab
+    from experiments.benchmarks.lookup_replay import RULES, replay
+    from xvocab import zoo
+    from xvocab.alignment.roles import prompt_ids
+
+    tt = zoo.tokenizer("qwen2")
+    target = zoo.tiny_model(tt, seed=3)
+    with torch.no_grad():
+        target.lm_head.weight.zero_()  # every logit 0: the argmax is id 0 at every position
+    prompt = "def f(x):\n    return x + 1\n\ndef g(x):\n    return"
+    out = xvocab.generate(prompt, target=target, target_tokenizer=tt, algorithm="lookup", k=4,
+                          max_new_tokens=48, temperature=0.0)
+    ids = prompt_ids(tt, prompt)
+    forwards, proposing, accepted = replay(RULES["lookup"], ids, list(out.token_ids), 4, [])
+    assert accepted > 0 and forwards == out.stats.target_forwards, (forwards, out.stats.summary())
+    assert replay(RULES["frequent+outputs"], ids, list(out.token_ids), 4, [[0] * 64])[0] < forwards
+
+    # 0 1 2 3 4 5 | 9 1 2 3 4 6 | 7 0 1 2 3 4: lookup's latest 4-id match "1 2 3 4" -> 6; the longest "0 1 2 3 4" -> 5
+    ctx = [0, 1, 2, 3, 4, 5, 9, 1, 2, 3, 4, 6, 7, 0, 1, 2, 3, 4]
+    assert RULES["lookup"](ctx, 1, []) == [6] and RULES["longest"](ctx, 1, []) == [5]
+    # "7 8" was followed by 1 twice and by 2 once: the frequent walk proposes 1
+    ctx = [7, 8, 1, 0, 7, 8, 2, 0, 7, 8, 1, 5, 7, 8]
+    assert RULES["frequent"](ctx, 1, []) == [1] and RULES["lookup"](ctx, 1, []) == [1]
+    assert RULES["frequent"]([3, 7, 8], 1, []) == []
+    assert RULES["frequent+outputs"]([3, 7, 8], 2, [[7, 8, 4, 4]]) == [4, 4]
