@@ -555,6 +555,34 @@ def test_where_the_policy_steps_aside_from_drafting_free_lookups_still_propose_a
     assert proposer.stats()["proposed_tokens"] == 0
 
 
+@pytest.mark.parametrize("algorithm", ["lookup_slem", "slem"])
+def test_a_context_run_is_proposed_at_vllms_whole_length_where_the_policy_drafts_fewer(pairs, algorithm):
+    """The policy drafts 2 ids a step (fixed lengths) under vLLM's length of 4: an entry's free proposals (no
+    forward) are asked for vLLM's 4 and go out whole, and greedy output equals ar. (lookup_slem's own runs on a tiny
+    target are a single id long, so its free proposal is stood in by one of 4 ids, the row's last id repeated: any
+    proposal keeps the output exact.) Control: slem, with no free proposals, never proposes more than 2."""
+    from xvocab.algorithms.common import Proposal
+
+    target_dir, draft_dir = pairs[PAIRS[0]]
+    target, tt = xvocab.zoo.model(str(target_dir))
+    prompts = [prompt_ids(tt, p) for p in REPEATING]
+    want = {r: xvocab.generate(p, target=target, target_tokenizer=tt, algorithm="ar", max_new_tokens=16).token_ids
+            for r, p in enumerate(REPEATING)}
+    proposer = Proposer(vllm_config(target_dir, draft=str(draft_dir), algorithm=algorithm, draft_lengths={"1": 2}))
+    asked = []
+    if proposer._free_draft is not None:
+        def four(ctx, k):
+            asked.append(k)
+            return Proposal([ctx.target.full()[-1]] * k, None, from_context=k)
+        proposer._free_draft = four
+    longest = record_longest_proposal(proposer)
+    assert run_engine(proposer, target, prompts, 16, identity=True)[0] == want
+    if algorithm == "lookup_slem":
+        assert set(asked) == {4} and longest[0] == 4, (asked, longest)
+    else:
+        assert 0 < longest[0] <= 2, longest
+
+
 def record_longest_proposal(proposer) -> list[int]:
     """[the longest proposal `proposer.propose` returns from now on], kept up to date."""
     longest, propose = [0], proposer.propose

@@ -76,8 +76,8 @@ class Algorithm:
     control_case: str = "outside"  # which of CONTROL_CASES shows the bug (where the algorithm itself must pass)
     in_vllm: bool = False          # served by xvocab.vllm's proposer (greedy drafting: point proposals)
     free_draft: Callable | None = None  # free_draft(ctx, k) -> Proposal: what it proposes without any forward (a
-    #                                lookup in the context; empty where it would draft), consulted by xvocab.vllm's
-    #                                proposer on the steps its load policy steps aside from drafting
+    #                                lookup in the context; empty where it would draft), tried first by xvocab.vllm's
+    #                                proposer for every row at vLLM's whole length, whatever its load policy drafts
 
     def __post_init__(self):
         if self.verification not in VERIFICATIONS:

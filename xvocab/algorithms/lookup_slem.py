@@ -22,8 +22,9 @@ emitted token is the target's own choice, whichever source proposed it. The dist
 where both sources propose, tests it against the exact law with exact match's planted bug as the control.
 Inside vLLM (`algorithm: lookup_slem` in xvocab.vllm's settings) the same drafter runs per request, its context
 index kept with the request's view (a round costs O(new ids), whatever the context's length), and vLLM's rejection
-sampler verifies the point proposals as it verifies its own `ngram` method's. On steps where the proposer's load
-policy steps aside from drafting (the draft measured not to pay), step 1 still runs (`trusted_run`: no forward).
+sampler verifies the point proposals as it verifies its own `ngram` method's. The proposer runs step 1 itself first
+(`trusted_run`: no forward) at vLLM's whole length, on every step, where its load policy drafts fewer ids or none (the
+draft measured not to pay): a context run is not bound by what a draft forward costs.
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ TRUST_N = 3  # a recurring suffix this long or longer is trusted over the draft 
 
 def trusted_run(ctx: DraftContext, k: int) -> Proposal:
     """Step 1 alone: the context's run where its last TRUST_N or more ids recur, else the empty proposal. No
-    forward; a server that steps aside from drafting still proposes it (Algorithm.free_draft)."""
+    forward; a server proposes it at its whole length whatever it drafts (Algorithm.free_draft)."""
     n, run = lookup.context_match(ctx, k)
     return Proposal(run, None, from_context=len(run)) if n >= TRUST_N and run else Proposal([])
 

@@ -279,9 +279,10 @@ class Proposer:
         k_policy = self.policy.choose(len(sampled_token_ids))
         k_vllm = batch.num_spec if batch is not None and batch.num_spec is not None else s.k  # vLLM's own length
         k_step = min(k_policy, k_vllm)  # for this step (its per-batch-size lengths)
-        # where the policy steps aside from drafting, an entry's free proposals (no forward: a lookup) still run,
-        # within vLLM's length: the policy's 0 is "no draft forwards", and it measures that arm with them
-        k_free = k_vllm if k_policy == 0 and self._free_draft is not None else 0
+        # an entry's free proposals (no forward: a lookup in the context) are tried first for every row, at vLLM's
+        # whole length whatever the policy's: the policy's arm bounds the draft's forwards (its 0 is "no draft
+        # forwards", measured with the free proposals in), and a context run past it costs nothing to propose
+        k_free = k_vllm if self._free_draft is not None else 0
         self._last_start, self._last_members = start, members
         if k_step == 0:
             skipped["policy_off"] += len(slots)
@@ -299,16 +300,20 @@ class Proposer:
             view.proposed = 0
             space = self.max_model_len - int(num_tokens_no_spec[i]) - 1  # vLLM holds k ids a row
             room[slot] = min(k_step, space)
+            free = min(k_free, space)
+            if free > 0:
+                try:
+                    proposal = self._free_draft(view.ctx, free)
+                except Exception as err:
+                    self._drop_row(slot, i, batch)
+                    self._warn("free drafting", err)
+                    skipped["failed"] += 1
+                    continue
+                if proposal.ids:  # (no draft work for this row this step)
+                    self._record(out, i, slot, proposal, free)
+                    continue
             if room[slot] <= 0:  # stepping aside (the policy's 0, vLLM's length) or no room: no draft work at all
                 skipped["no_room"] += k_step > 0
-                free = min(k_free, space)
-                if free > 0:
-                    try:
-                        self._record(out, i, slot, self._free_draft(view.ctx, free), free)
-                    except Exception as err:
-                        self._drop_row(slot, i, batch)
-                        self._warn("free drafting", err)
-                        skipped["failed"] += 1
                 continue
             try:
                 sync_draft(view)  # the draft side follows the committed text only when it is about to draft
