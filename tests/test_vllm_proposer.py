@@ -530,16 +530,21 @@ def test_the_load_policy_fixed_lengths_and_vllms_scheduled_length_bound_what_is_
 REPEATING = ["for i in range(n):\n    x = f(i)\nfor j in range(n):\n    y = f(", "a b c a b c a b"]
 
 
+def repeating_case(pairs):
+    """(target dir, draft dir, tiny target, REPEATING's prompt ids, ar's 16 ids for each) on the first pair."""
+    target_dir, draft_dir = pairs[PAIRS[0]]
+    target, tt = xvocab.zoo.model(str(target_dir))
+    want = {r: xvocab.generate(p, target=target, target_tokenizer=tt, algorithm="ar", max_new_tokens=16).token_ids
+            for r, p in enumerate(REPEATING)}
+    return target_dir, draft_dir, target, [prompt_ids(tt, p) for p in REPEATING], want
+
+
 @pytest.mark.parametrize("algorithm", ["lookup_slem", "slem"])
 def test_where_the_policy_steps_aside_from_drafting_free_lookups_still_propose_and_output_stays_exact(pairs, algorithm):
     """An entry's free proposals (Algorithm.free_draft: lookup_slem's context run, no forward) still run on the steps
     the load policy steps aside from drafting (here: at every batch size), within vLLM's length; no draft forward
     runs and greedy output equals ar. Control: slem, which has none, proposes nothing under the same lengths."""
-    target_dir, draft_dir = pairs[PAIRS[0]]
-    target, tt = xvocab.zoo.model(str(target_dir))
-    prompts = [prompt_ids(tt, p) for p in REPEATING]
-    want = {r: xvocab.generate(p, target=target, target_tokenizer=tt, algorithm="ar", max_new_tokens=16).token_ids
-            for r, p in enumerate(REPEATING)}
+    target_dir, draft_dir, target, prompts, want = repeating_case(pairs)
     proposer = Proposer(vllm_config(target_dir, draft=str(draft_dir), algorithm=algorithm, draft_lengths={"1": 0}))
     out, _ = run_engine(proposer, target, prompts, 16, identity=True)
     assert out == want
@@ -563,11 +568,7 @@ def test_a_context_run_is_proposed_at_vllms_whole_length_where_the_policy_drafts
     proposal keeps the output exact.) Control: slem, with no free proposals, never proposes more than 2."""
     from xvocab.algorithms.common import Proposal
 
-    target_dir, draft_dir = pairs[PAIRS[0]]
-    target, tt = xvocab.zoo.model(str(target_dir))
-    prompts = [prompt_ids(tt, p) for p in REPEATING]
-    want = {r: xvocab.generate(p, target=target, target_tokenizer=tt, algorithm="ar", max_new_tokens=16).token_ids
-            for r, p in enumerate(REPEATING)}
+    target_dir, draft_dir, target, prompts, want = repeating_case(pairs)
     proposer = Proposer(vllm_config(target_dir, draft=str(draft_dir), algorithm=algorithm, draft_lengths={"1": 2}))
     asked = []
     if proposer._free_draft is not None:
