@@ -22,9 +22,9 @@ emitted token is the target's own choice, whichever source proposed it. The dist
 where both sources propose, tests it against the exact law with exact match's planted bug as the control.
 Inside vLLM (`algorithm: lookup_slem` in xvocab.vllm's settings) the same drafter runs per request, its context
 index kept with the request's view (a round costs O(new ids), whatever the context's length), and vLLM's rejection
-sampler verifies the point proposals as it verifies its own `ngram` method's. The proposer runs step 1 itself first
-(`trusted_run`: no forward) at vLLM's whole length, on every step, where its load policy drafts fewer ids or none (the
-draft measured not to pay): a context run is not bound by what a draft forward costs.
+sampler verifies the point proposals as it verifies its own `ngram` method's. The proposer runs step 1 itself first,
+on every step and at vLLM's whole length (`trusted_run`: no forward), even where its load policy drafts fewer ids or
+none: a context run is not bound by what a draft forward costs.
 """
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ The bucket is that of the largest batch of the last HOLD seconds: a batch that g
 shrinks only after HOLD. A dip in the batch (a request ending while the next is admitted, the last requests of a
 burst finishing alone) would otherwise switch to a smaller bucket's arm for a few steps, and where that arm drafts
 the rows aside so far pay their catch-up and prompt prefill for those few steps (steps the measurements leave out:
-in a run at 4 requests that never drafted at 4, the dips cost about 8% of `ar`).
+a run at 4 requests that never drafted at 4 ran 0.91x `ar`, its only drafting steps in such dips).
 
 Where a smaller batch has settled on stepping aside, a larger one starts there and tries drafting only by probes
 (drafting pays less as the batch grows: the target's forward turns compute-bound).
