@@ -25,17 +25,17 @@ plain steps, and a 30-second group that held a dozen of them lost 8% to them). S
 probe of a bucket waits until the time since the last one is at least its excess cost (its steps' seconds less what
 the best arm would have taken for the tokens they emitted) over PROBE_SHARE, keeping exploration within about
 PROBE_SHARE of the wall time however costly a probe turns out on the machine. That time is the bucket's own (the
-seconds of its steps): on the whole server's clock, a spell at other batch sizes paid for probes a short spell at
-this one had not earned (at 8 requests a probe costs about 1.5 s of catch-up, and a 30-second group at 8 held six).
-A bucket's first probe waits the same way, for the cost a probe would have there as the probes so far measured it
-(the largest excess cost of any probe per row of its bucket, times this bucket's rows): a catch-up grows with the
-rows, and at 16 requests a free first probe prefilled 16 draft prompts, a fifth of a 15-second group.
+seconds of its steps, never the engine's idle time): time spent at other batch sizes must not pay for probes at
+this one (at 8 requests a probe costs about 1.5 s of catch-up). A bucket's first probe waits the same way, for the
+cost a probe would have there as the probes so far measured it (the largest excess cost of any probe per row of its
+bucket, times this bucket's rows): a catch-up grows with the rows (at 16 requests a first probe prefills 16 draft
+prompts).
 
 The bucket is that of the largest batch of the last HOLD seconds: a batch that grows is followed at once, one that
 shrinks only after HOLD. A dip in the batch (a request ending while the next is admitted, the last requests of a
 burst finishing alone) would otherwise switch to a smaller bucket's arm for a few steps, and where that arm drafts
-the rows aside so far pay their catch-up and prompt prefill for those few steps (steps the measurements leave out:
-a run at 4 requests that never drafted at 4 ran 0.91x `ar`, its only drafting steps in such dips).
+the rows aside so far pay their catch-up and prompt prefill for those few steps (steps the measurements leave
+out, so their cost would go unseen).
 
 Where a smaller batch has settled on stepping aside, a larger one starts there and tries drafting only by probes
 (drafting pays less as the batch grows: the target's forward turns compute-bound).
@@ -215,8 +215,8 @@ class StepPolicy:
         """The step after a choice: `batch` rows emitted `tokens` in `seconds` since that choice's step began;
         `clean` False where that interval held work that is not the arm's (module docstring): nothing is learnt.
         `idle` where the interval spans time the engine had no request (no request in common with the choice's
-        step): then it counts on no clock either (the gaps between bursts of requests, tens of seconds, were once
-        counted as time spent at a batch size, and paid for probes that time had not earned)."""
+        step): then it counts on no clock either (time without requests is not time spent at a batch size, and
+        must not pay for probes)."""
         if idle:
             seconds, clean = 0.0, False
         pending, self._pending = self._pending, None
