@@ -123,7 +123,8 @@ def main(argv: list[str] | None = None) -> None:
         for r in ar:
             outs.setdefault(r["prompt"], r["token_ids"])  # (prompt order as recorded: earlier outputs before later)
         prompts = {p: prompt_ids(tokenizer, text[p]) for p in outs}
-        print(f"\n{d} ({settings['dataset']}, {len(outs)} prompts, {sum(map(len, outs.values()))} ids)\n")
+        tokens = sum(map(len, outs.values()))
+        print(f"\n{d} ({settings['dataset']}, {len(outs)} prompts, {tokens} ids)\n")
         print("| rule | k | tau | tau per proposing round | rounds proposing |\n|---|---|---|---|---|")
         for name, rule in RULES.items():
             for k in args.k:
@@ -131,7 +132,6 @@ def main(argv: list[str] | None = None) -> None:
                 for n, (p, out) in enumerate(outs.items()):
                     f, q, a = replay(rule, prompts[p], out, k, list(outs.values())[:n])
                     forwards, proposing, accepted = forwards + f, proposing + q, accepted + a
-                tokens = sum(map(len, outs.values()))
                 print(f"| {name} | {k} | {tokens / forwards:.2f} | {1 + accepted / max(proposing, 1):.2f} | "
                       f"{proposing} of {forwards} |")
         for variant in ("ngram", "suffix"):

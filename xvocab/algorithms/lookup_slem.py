@@ -47,8 +47,9 @@ def draft(ctx: DraftContext, k: int) -> Proposal:
     if trusted.ids:
         return trusted
     proposal = yield from slem.draft(ctx, k)
-    rest = lookup.run_after(ctx, list(proposal.ids), k)  # (the row's index; the proposal searched apart)
-    return Proposal(list(proposal.ids) + rest, None, from_context=len(rest)) if rest else proposal
+    ids = list(proposal.ids)
+    rest = lookup.run_after(ctx, ids, k)  # (the row's index; the proposal searched apart)
+    return Proposal(ids + rest, None, from_context=len(rest)) if rest else proposal
 
 
 ALGORITHM = Algorithm("lookup_slem", draft, verification="exact", couples=True, in_vllm=True, free_draft=trusted_run,
