@@ -12,9 +12,12 @@ counters (/metrics) and the proposer's own stats (its `stats_file`: draft memory
 load policy's choices). `--passes N` runs each group N times; `--together` holds every variant's server at once (as
 much memory as they all need) and interleaves their groups pass by pass, the order rotating, so each ratio pairs a
 variant's group with ar's of the same pass seconds apart (one server at a time, a ratio compares groups minutes
-apart, and the same ar server's groups were seen to move 12% between runs). Records append to OUT/records.jsonl one
-line per request and one per group; a group already recorded for the same settings and pass is skipped, so a killed
-run resumes. The report (`--report OUT`, also at the end of a run) writes OUT/report.md and OUT/load.png: output
+apart, and the same ar server's groups were seen to move 12% between runs). `--interleave N` goes finer: each
+group's rows go in N parts, each part to every server in turn (their order rotating part by part), so the machine's
+drift within a group (ar's own group moved 35% between two passes minutes apart) moves every variant alike; a part
+holds at least 2c rows. Records append to OUT/records.jsonl one line per request and one per group; a group
+already recorded for the same settings and pass is skipped, so a killed run resumes (a round, every server's group of
+one c and pass, is recorded once whole). The report (`--report OUT`, also at the end of a run) writes OUT/report.md and OUT/load.png: output
 tokens/s, requests/s, TTFT and chunk-gap p50/p90/p99 per group, acceptance per position, and each variant's
 throughput over vLLM's ar at the same concurrency.
 
@@ -190,18 +193,61 @@ class _Server:
         self.log.close()
 
 
-def _group(server: _Server, rows: list[dict], c: int, max_tokens: int) -> tuple[list[dict], dict]:
-    """One timed group: every row at concurrency c; (request records, the group's summary and counters)."""
+def split(rows: list[dict], c: int, parts: int) -> list[list[dict]]:
+    """The rows in contiguous parts for interleaving: `parts` of them, fewer where a part would hold under 2c rows
+    (a part ends in a drain, its last requests running with fewer than c in flight; two waves a part keep that
+    small), at least one."""
+    n = max(1, min(parts, len(rows) // (2 * c)))
+    size, extra = divmod(len(rows), n)
+    out, start = [], 0
+    for i in range(n):
+        end = start + size + (i < extra)
+        out.append(rows[start:end])
+        start = end
+    return out
+
+
+def _round(servers: list[_Server], rows: list[dict], c: int, max_tokens: int, parts: int) -> dict[str, tuple]:
+    """One timed group per server at concurrency c over every row, the rows sent in parts (`split`), each part to
+    every server in turn, their order rotating part by part (the servers' list order first): a machine that drifts
+    within the group then moves every server's group alike. {spec: (request records, the group's summary and
+    counters)}; a group's wall time is the sum of its parts'."""
     from xvocab.vllm.settings import STATS_EVERY
 
-    before = (spec_counters(server.port), _read(server.stats_file))
-    results, wall = asyncio.run(drive(server.port, server.model_dir, rows, c, max_tokens))
-    time.sleep(STATS_EVERY + 0.1)  # then one more request: the proposer writes its stats file
-    asyncio.run(drive(server.port, server.model_dir, rows[:1], 1, 2))
+    before = {s.spec: (spec_counters(s.port), _read(s.stats_file)) for s in servers}
+    results = {s.spec: [] for s in servers}
+    walls = {s.spec: [] for s in servers}
+    chunks = split(rows, c, parts)
+    for j, chunk in enumerate(chunks):
+        for i in range(len(servers)):
+            server = servers[(i + j) % len(servers)]
+            done, wall = asyncio.run(drive(server.port, server.model_dir, chunk, c, max_tokens))
+            results[server.spec] += done
+            walls[server.spec].append(wall)
+    time.sleep(STATS_EVERY + 0.1)  # then one more request each: the proposer writes its stats file
+    for server in servers:
+        asyncio.run(drive(server.port, server.model_dir, rows[:1], 1, 2))
     time.sleep(1.0)
-    after = (spec_counters(server.port), _read(server.stats_file))
-    return results, summarize(results, wall) | dict(spec=_delta(before[0], after[0]),
-                                                     proposer=_proposer_delta(before[1], after[1]))
+    out = {}
+    for server in servers:
+        after = (spec_counters(server.port), _read(server.stats_file))
+        spec = server.spec
+        group = summarize(results[spec], sum(walls[spec])) | dict(
+            parts=len(chunks), part_walls=walls[spec], spec=_delta(before[spec][0], after[0]),
+            proposer=_proposer_delta(before[spec][1], after[1]))
+        out[spec] = (results[spec], group)
+    return out
+
+
+def rounds(groups: list[tuple[str, int, int]]) -> list[tuple[int, int, list[str]]]:
+    """Consecutive groups of the same (c, pass) as one round: (c, pass, the variants in order)."""
+    out: list[tuple[int, int, list[str]]] = []
+    for spec, c, pass_ in groups:
+        if out and out[-1][:2] == (c, pass_):
+            out[-1][2].append(spec)
+        else:
+            out.append((c, pass_, [spec]))
+    return out
 
 
 def run(args) -> None:
@@ -212,7 +258,7 @@ def run(args) -> None:
     out.mkdir(parents=True, exist_ok=True)
     path = out / "records.jsonl"
     settings = dict(target=args.target, dtype=args.dtype, k=args.k, prompts=args.prompts, max_tokens=args.max_tokens,
-                    max_model_len=args.max_model_len, kv_gib=args.kv_gib)
+                    max_model_len=args.max_model_len, kv_gib=args.kv_gib, interleave=args.interleave)
     done = {(r["variant"], r["concurrency"], r.get("pass", 0)) for r in records.read(path)
             if r.get("kind") == "group" and r["settings"] == settings} if path.exists() else set()
     todo = [g for g in schedule(args.variants, args.concurrency, args.passes, args.together) if g not in done]
@@ -229,14 +275,16 @@ def run(args) -> None:
                 servers[spec] = _Server(spec, args.port + i, model_dir, args, env, out)
             for server in servers.values():
                 server.ready(rows, args.max_tokens, max(args.concurrency))
-            for spec, c, pass_ in wave:
-                results, group = _group(servers[spec], rows, c, args.max_tokens)
-                key = dict(variant=spec, concurrency=c, **{"pass": pass_})
-                for r in results:
-                    records.append(path, dict(base, kind="request", **key, **r))
-                records.append(path, dict(base, kind="group", **key, **group))
-                print(f"{spec:40} c={c:2} pass {pass_}: {group['output_tokens_per_s']:.2f} tok/s, ttft p50 "
-                      f"{group['ttft_p50']:.2f} s, errors {group['errors']}", flush=True)
+            for c, pass_, specs in rounds(wave) if args.together else [(c, p, [v]) for v, c, p in wave]:
+                done_ = _round([servers[spec] for spec in specs], rows, c, args.max_tokens, args.interleave)
+                for spec in specs:  # (recorded once the round is whole: a killed round is run again)
+                    results, group = done_[spec]
+                    key = dict(variant=spec, concurrency=c, **{"pass": pass_})
+                    for r in results:
+                        records.append(path, dict(base, kind="request", **key, **r))
+                    records.append(path, dict(base, kind="group", **key, **group))
+                    print(f"{spec:40} c={c:2} pass {pass_}: {group['output_tokens_per_s']:.2f} tok/s, ttft p50 "
+                          f"{group['ttft_p50']:.2f} s, errors {group['errors']}, parts {group['parts']}", flush=True)
         except RuntimeError as err:
             records.append(path, dict(base, kind="failure", variants=list(servers), error=str(err)))
             print(f"{', '.join(servers)}: {err} (see the server logs)", flush=True)
@@ -338,10 +386,12 @@ def report(out: Path) -> None:
     cpu = groups[-1].get("cpu")
     rows = aggregate(every)
     together = any(r.get("together") for r in groups)
+    interleave = groups[-1]["settings"].get("interleave", 1)
     lines = [f"# vllm serve under load ({cpu}, {groups[-1]['settings']['dtype']})", "",
              f"settings: {json.dumps(groups[-1]['settings'])}; "
              + ("servers up together, groups interleaved: each ratio pairs a pass with ar's of the same pass"
-                if together else "one server at a time: a ratio compares groups minutes apart"), "",
+                + (f", each group sent in up to {interleave} parts, part by part to every server in turn"
+                   if interleave > 1 else "") if together else "one server at a time: a ratio compares groups minutes apart"), "",
              "vs ar: the median of the passes' ratios [their range]; tok/s and req/s: medians; TTFT and gaps: every "
              "request of every pass.", "",
              "| variant | c | passes | tok/s | vs ar | req/s | TTFT p50/p90/p99 s | chunk gap p50/p90/p99 s | "
@@ -408,6 +458,10 @@ def main(argv=None) -> None:
     parser.add_argument("--together", action="store_true", help="every variant's server up at once, groups "
                         "interleaved (ratios paired pass by pass); memory must hold them all (two bf16 1.5B servers "
                         "with --kv-gib 2 fit 23 GiB)")
+    parser.add_argument("--interleave", type=int, default=1, metavar="N", help="with --together, send each group's "
+                        "rows in N parts, each part to every server in turn (order rotating), so drift within a "
+                        "group moves every variant alike; a part holds at least 2c rows (fewer parts where it "
+                        "would not)")
     parser.add_argument("--port", type=int, default=8331, help="the first server's (the others': the next ports)")
     parser.add_argument("--out", default="runs/vllm_serve_load")
     parser.add_argument("--report", metavar="DIR", help="write the report and figure of DIR's records, then exit")
@@ -419,6 +473,9 @@ def main(argv=None) -> None:
         parse(spec)
     if args.passes < 1:
         raise SystemExit(f"--passes {args.passes}: at least 1")
+    if args.interleave < 1 or (args.interleave > 1 and not args.together):
+        raise SystemExit(f"--interleave {args.interleave}: at least 1, and above 1 only with --together (it "
+                         f"interleaves servers that are up at once)")
     run(args)
     report(Path(args.out))
 
