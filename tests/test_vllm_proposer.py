@@ -615,6 +615,32 @@ def test_the_measured_policy_steps_aside_where_drafting_measures_slower_and_draf
         assert len(set(tail)) > 1  # it keeps probing the other arms
 
 
+def test_at_k_8_the_policy_finds_a_short_draft_where_it_measures_best():
+    """At vLLM's k = 8 the arms are 0, 2, 4 and 8 (`arms`: k halved down to 2). A synthetic machine where 2 drafted
+    ids a step emit the most per second (a draft the target rejects past its second id, a verification that grows
+    with its length): the policy settles on 2. Control: with only 0, k // 2 and k to choose from, it settles on 4,
+    losing a tenth of the rate."""
+    from xvocab.vllm.policy import PROBE_EVERY, StepPolicy, arms
+
+    assert arms(4) == [0, 2, 4] and arms(8) == [0, 2, 4, 8] and arms(16) == [0, 2, 4, 8, 16] and arms(2) == [0, 1, 2]
+    rate = {0: 10.0, 2: 14.0, 4: 12.5, 8: 9.0}  # tokens per second at one request, by arm
+
+    def settle(choices=None):
+        policy = StepPolicy(8)
+        if choices is not None:
+            policy.arms = choices
+        seen = []
+        for _ in range(6 * PROBE_EVERY):
+            arm = policy.choose(1)
+            seen.append(arm)
+            policy.observe(1, int(rate[arm]), 1.0)
+        tail = seen[-4 * PROBE_EVERY:]
+        return max(set(tail), key=tail.count)
+
+    assert settle() == 2
+    assert settle([0, 4, 8]) == 4  # control
+
+
 def test_the_measured_policy_learns_nothing_from_a_step_that_held_a_draft_prefill_or_a_new_request(pairs):
     """At batch 1 every request starts with its draft prompt's prefill inside a drafting step: counted, drafting
     looked slow and the policy stepped aside where drafting paid (a bench run at 0.95x of ar where a fixed k ran

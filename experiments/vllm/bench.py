@@ -148,6 +148,7 @@ def _engine(spec: str, args) -> tuple:
                         proposed=run_stats["proposed_tokens"], context_proposed=run_stats.get("context_proposed"),
                         context_accepted=run_stats.get("context_accepted"),
                         overhead_ms_per_token=run_stats["overhead_ms_per_proposed_token"],
+                        arms={str(arm): n for arm, n in sorted(run_stats["policy_chosen"].items())},
                         draft_ms_per_forward=1e3 * run_stats["draft_seconds"] / max(run_stats["draft_forwards"], 1))
         else:
             rec |= dict(tau=1.0, per_position=[])

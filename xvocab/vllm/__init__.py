@@ -41,11 +41,15 @@ def worker_stats(worker) -> dict:
 
 def stats_delta(before: dict, after: dict) -> dict:
     """What a run added to a proposer's cumulative stats (two worker_stats() snapshots): counts and seconds as
-    differences, tau and per-position acceptance recomputed over the run alone."""
+    differences, tau and per-position acceptance recomputed over the run alone, and the load policy's steps per
+    draft length (`policy_chosen`)."""
     out = {key: after[key] - before.get(key, 0) for key, value in after.items()
            if isinstance(value, (int, float)) and not isinstance(value, bool)}
     old = before.get("accepted_per_position") or [0] * len(after["accepted_per_position"])
     out["accepted_per_position"] = [a - b for a, b in zip(after["accepted_per_position"], old)]
+    chosen = [(s.get("policy") or {}).get("chosen") or {} for s in (before, after)]
+    steps = {arm: n - chosen[0].get(arm, 0) for arm, n in chosen[1].items()}
+    out["policy_chosen"] = {arm: n for arm, n in steps.items() if n}
     return out | derived(out)
 
 

@@ -8,8 +8,8 @@ config: it is measured where the engine runs.
 What: `StepPolicy.choose(batch)` returns the draft length for this step; `observe` is told, at the next step, how
 many tokens vLLM emitted and how many seconds passed since the last step began (the target's verification, vLLM's
 sampling and the proposer's own drafting: everything the choice changed). Per batch-size bucket (BUCKETS) and per
-arm (0: step aside, k // 2, k), the policy keeps the mean emitted tokens per second of the last WINDOW steps of that
-arm; each arm is warmed until it has WARMUP measured steps or has been played WARMUP_TRIES times (the cheapest
+arm (`arms`: 0, stepping aside; k; k halved down to 2), the policy keeps the mean emitted tokens per second of the
+last WINDOW steps of that arm; each arm is warmed until it has WARMUP measured steps or has been played WARMUP_TRIES times (the cheapest
 first: stepping aside, the fallback, is measured before any drafting is; and where the batch keeps changing few
 steps measure anything, so a warm-up bounded only by measurements kept playing k at 16 requests for a whole minute,
 at a quarter of `ar`'s speed), then the best measured arm is played (stepping aside where it is unmeasured: no
@@ -72,6 +72,14 @@ PROBE_SHARE = 0.02
 MODES = ("measured", "off")
 
 
+def arms(k: int) -> list[int]:
+    """The draft lengths the policy chooses among: 0 (step aside), k, and k halved while at least 2 (k // 2 at
+    least 1): 0, 2, 4 for k = 4; 0, 2, 4, 8 for k = 8. Each arm costs its warm-up and probes, so they are few; halving
+    spaces them where the cost of a rejected draft changes (a verification of k + 1 tokens)."""
+    halves = {k >> i for i in range(1, k.bit_length()) if k >> i >= 2}
+    return sorted({0, k, max(1, k // 2)} | halves)
+
+
 def bucket(batch: int) -> int:
     """The smallest bucket at least `batch` (the largest past the end)."""
     return next((b for b in BUCKETS if b >= batch), BUCKETS[-1])
@@ -85,7 +93,7 @@ class StepPolicy:
             raise ValueError(f"mode={mode!r}; one of {MODES}")
         self.k, self.mode = k, mode
         self.lengths = sorted((int(b), int(n)) for b, n in (draft_lengths or {}).items())
-        self.arms = sorted({0, max(1, k // 2), k})
+        self.arms = arms(k)
         self.seen: dict[int, dict[int, deque]] = {}   # bucket -> arm -> (tokens, seconds) of recent steps
         self.last_played: dict[int, dict[int, int]] = {}  # bucket -> arm -> step it last ran
         self.steps = 0
