@@ -3,10 +3,12 @@ vLLM's model runner drives it (rows that move, requests preempted and resumed, n
 by the tiny target itself. tests/vllm_engine/ runs the same proposer inside vLLM (its own environment, make test-vllm)."""
 from __future__ import annotations
 
+import json
 import sys
 from types import SimpleNamespace
 
 import numpy as np
+
 import pytest
 import torch
 from _support import patch_drafter
@@ -582,6 +584,42 @@ def test_a_context_run_is_proposed_at_vllms_whole_length_where_the_policy_drafts
         assert set(asked) == {4} and longest[0] == 4, (asked, longest)
     else:
         assert 0 < longest[0] <= 2, longest
+
+
+def test_the_step_trace_has_one_line_a_step_and_adds_up_to_the_stats(pairs, tmp_path):
+    """step_trace: one JSON line per propose call, its counts adding up to stats() (draft prompt tokens prefilled,
+    requests opened, rows drafted, ids proposed), every interval but the first timed, the output unchanged.
+    Control: without step_trace no file is written."""
+    target_dir, draft_dir, target, prompts, want = repeating_case(pairs)
+    trace = tmp_path / "steps.jsonl"
+    proposer = Proposer(vllm_config(target_dir, draft=str(draft_dir), step_trace=str(trace)))
+    proposed = record_proposed(proposer)
+    assert run_engine(proposer, target, prompts, 16, identity=True)[0] == want
+    lines = [json.loads(line) for line in trace.read_text().splitlines()]
+    stats = proposer.stats()
+    assert len(lines) == stats["steps"] > 1
+    assert sum(x["prefill_tokens"] for x in lines) == stats["draft_prefill_tokens"] > 0
+    assert sum(x["opened"] for x in lines) == stats["views_opened"] > 0
+    assert sum(x["drafted_rows"] for x in lines) == stats["rows"]
+    assert sum(x["proposed"] for x in lines) == proposed[0] == stats["proposed_tokens"]
+    assert lines[0]["interval"] is None and all(x["interval"] is not None for x in lines[1:])
+    assert {x["arm"] for x in lines} <= set(proposer.policy.arms) and all(x["batch"] >= 1 for x in lines)
+    quiet = Proposer(vllm_config(target_dir, draft=str(draft_dir)))
+    run_engine(quiet, target, prompts[:1], 4, identity=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["steps.jsonl"]  # control
+
+
+def record_proposed(proposer) -> list[int]:
+    """[ids `proposer.propose` has returned from now on, summed], kept up to date."""
+    total, propose = [0], proposer.propose
+
+    def recording(*args, **kwargs):
+        out = propose(*args, **kwargs)
+        total[0] += sum(map(len, out))
+        return out
+
+    proposer.propose = recording
+    return total
 
 
 def record_longest_proposal(proposer) -> list[int]:

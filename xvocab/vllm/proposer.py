@@ -147,6 +147,8 @@ class Proposer:
         self._last_start: float | None = None  # when the last step began (the policy times steps from it)
         self._last_members: list = []          # the requests of the last step (their views, held: compared by identity)
         self._prefilled = False                # whether the last step prefilled a draft prompt or caught one up
+        self._step: dict = {}                  # this step's choice and what the policy was told (step_trace)
+        self._traced = dict(draft_prefill_tokens=0, views_opened=0, rows=0)  # counts at the last traced step
         self._stats_written = 0.0
         self.load_model()  # at start-up: a draft that cannot load stops the engine there, with the reason
 
@@ -240,9 +242,30 @@ class Proposer:
             self._reset()
             out = [[] for _ in sampled_token_ids]
         self.counts["propose_seconds"] += time.perf_counter() - start
+        if self.settings.step_trace:
+            self._trace(start, len(sampled_token_ids), out)
         if self.settings.stats_file and start - self._stats_written >= STATS_EVERY:
             self._write_stats()
         return out
+
+    def _trace(self, start: float, batch: int, out: list[list[int]]) -> None:
+        """One line of the settings' step_trace: this step's batch and choice, the interval the policy was told of
+        at its start (the last step's choice, timed) and what this step paid for: draft prompt tokens prefilled,
+        text caught up after a spell aside, requests opened."""
+        c, last = self.counts, self._traced
+        step = self._step
+        line = dict(t=round(start, 4), batch=batch, arm=step.get("arm"), k_step=step.get("k_step"),
+                    interval=step.get("interval"), emitted=step.get("emitted"), clean=step.get("clean"),
+                    idle=step.get("idle"), prefill_tokens=c["draft_prefill_tokens"] - last["draft_prefill_tokens"],
+                    opened=c["views_opened"] - last["views_opened"], caught_up=step.get("caught_up", False),
+                    drafted_rows=c["rows"] - last["rows"], proposed=sum(map(len, out)),
+                    seconds=round(time.perf_counter() - start, 5))
+        self._traced = {key: c[key] for key in ("draft_prefill_tokens", "views_opened", "rows")}
+        try:
+            with open(self.settings.step_trace, "a") as f:
+                f.write(json.dumps(line) + "\n")
+        except OSError as err:
+            self._warn("step_trace", err)
 
     def _write_stats(self) -> None:
         """stats() to the settings' stats_file, atomically (a server's proposer has no other way out)."""
@@ -257,6 +280,7 @@ class Proposer:
         s, c = self.settings, self.counts
         skipped = c["skipped"]
         c["steps"] += 1
+        self._step = {}
         out: list[list[int]] = [[] for _ in sampled_token_ids]
         live = [i for i, sampled in enumerate(sampled_token_ids) if len(sampled)]
         emitted = sum(len(sampled_token_ids[i]) for i in live)
@@ -273,12 +297,14 @@ class Proposer:
                      and all(a is b for a, b in zip(members, self._last_members)))
             idle = not {id(v) for v in members} & {id(v) for v in self._last_members}  # (the engine may have idled)
             self.policy.observe(len(sampled_token_ids), emitted, start - self._last_start, clean, idle)
+            self._step.update(interval=round(start - self._last_start, 5), clean=clean, idle=idle)
         # the batch the policy sees is every request vLLM scheduled, those still in prefill included: a newcomer's
         # prefill made a batch of 2 look like 1, and the policy drafted there, paying catch-ups (under load 10%
         # of `ar` at 2-8 requests, where a policy that never drafted lost nothing)
         k_policy = self.policy.choose(len(sampled_token_ids))
         k_vllm = batch.num_spec if batch is not None and batch.num_spec is not None else s.k  # vLLM's own length
         k_step = min(k_policy, k_vllm)  # for this step (its per-batch-size lengths)
+        self._step.update(arm=k_policy, k_step=k_step, emitted=emitted)
         # an entry's free proposals (no forward: a lookup in the context) are tried first for every row, at vLLM's
         # whole length whatever the policy's: the policy's arm bounds the draft's forwards (its 0 is "no draft
         # forwards", measured with the free proposals in), and a context run past it costs nothing to propose
@@ -335,6 +361,7 @@ class Proposer:
                 self._warn("drafter", err)
                 skipped["failed"] += 1
         self._prefilled = prefill_left < s.prefill_chunk or caught_up  # work the policy must not charge to an arm
+        self._step["caught_up"] = caught_up
         drafted = draft_in_lockstep(calls, self.decoder, isolate=True)
         skipped["draft_context_full"] += len(drafted.full)
         skipped["waiting_for_text"] += len(drafted.waiting)

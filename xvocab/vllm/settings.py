@@ -60,6 +60,9 @@ class Settings:
     prefill_chunk: int = PREFILL_CHUNK           # draft prompt tokens prefilled per step, in a forward of their own
     stats_file: str | None = None                # where the worker writes stats() as JSON (atomically, at most
                                                  # every STATS_EVERY seconds while it serves): a server's stats
+    step_trace: str | None = None                # a JSONL file the worker appends one line a step to: the batch, the
+                                                 # policy's choice, the interval it was timed on and what the step
+                                                 # paid for besides drafting (a diagnosis aid: a write a step)
     plugins: str | None = None                   # modules that register algorithms (comma-separated), imported
                                                  # wherever the settings are read, vLLM's workers included
 
