@@ -9,11 +9,21 @@ What: `StepPolicy.choose(batch)` returns the draft length for this step; `observ
 many tokens vLLM emitted and how many seconds passed since the last step began (the target's verification, vLLM's
 sampling and the proposer's own drafting: everything the choice changed). Per batch-size bucket (BUCKETS) and per
 arm (`arms`: 0, stepping aside; k; k halved down to 2), the policy keeps the mean emitted tokens per second of the
-last WINDOW steps of that arm; each arm is warmed until it has WARMUP measured steps or has been played WARMUP_TRIES times (the cheapest
-first: stepping aside, the fallback, is measured before any drafting is; and where the batch keeps changing few
-steps measure anything, so a warm-up bounded only by measurements kept playing k at 16 requests for a whole minute,
-at a quarter of `ar`'s speed), then the best measured arm is played (stepping aside where it is unmeasured: no
-evidence says drafting pays).
+last WINDOW steps of that arm; each arm is warmed until it has WARMUP measured steps or has been played
+WARMUP_TRIES times (the cheapest first: stepping aside, the fallback, is measured before any drafting is; and where
+the batch keeps changing few steps measure anything, so a warm-up bounded only by measurements kept playing k at 16
+requests for a whole minute, at a quarter of `ar`'s speed), then the best measured arm is played (stepping aside
+where it is unmeasured: no evidence says drafting pays). A drafting arm's warm-up plays are exploration like probes
+and share their time budget (below): at 16 requests a first drafting step catches 16 rows up, and warming two
+drafting arms there at once cost a short group half its throughput.
+
+What a drafting arm's rate leaves out, it is charged as a share (`steady_rate`): its samples exclude the steps that
+prefilled a draft prompt (a request's cost, paid once, not a step's), but in steady state every request admitted
+needs its draft prompt prefilled before it can draft. So the rate of a drafting arm is scaled by 1 less the share
+of time those prefills take: the draft prompt tokens the bucket admits a second (a mean with a half-life of
+ADMISSION_SECONDS) times the excess seconds a prefilled token cost (the last PREFILL_MEMORY prefills, decaying).
+Where the target's prompt is cached (vLLM's prefix cache) and the draft's is not, a prose prompt's draft prefill
+cost more than drafting saved on its 64 tokens: drafting looked 10% faster at one request and ran 28% slower.
 
 Probes: the arm measured least recently is tried once more after PROBE_EVERY steps of the bucket (a machine, a
 workload and a draft's acceptance drift), the gap doubling, up to PROBE_MAX, each time a probe leaves the best arm
@@ -69,6 +79,8 @@ RETRIES = 2
 HOLD = 2.0  # seconds a larger batch's bucket is kept after the batch shrank
 WARMUP_TRIES = WARMUP * (1 + RETRIES)  # plays of an arm in a bucket after which it is warmed, measured or not
 PROBE_SHARE = 0.02
+PREFILL_MEMORY = 16    # draft prefills whose cost per token the policy averages (a decaying mean)
+ADMISSION_SECONDS = 60.0  # half-life, in a bucket's seconds, of its mean of draft prompt tokens admitted a second
 MODES = ("measured", "off")
 
 
@@ -115,6 +127,8 @@ class StepPolicy:
         self.probe_seconds = 0.0                     # seconds of every probe's steps (stats)
         self.probe_row_cost = 0.0                    # the largest excess seconds of a probe per row of its bucket
         self.best: dict[int, int] = {}               # bucket -> its best arm when last asked
+        self.prefill = [0.0, 0.0]                    # decaying sums: excess seconds of draft prefills, their tokens
+        self.admitted: dict[int, list] = {}          # bucket -> decaying [draft prompt tokens admitted, its seconds]
         self.switches: dict[int, int] = {}           # bucket -> how often its best arm changed (stats: noise shows)
 
     def choose(self, batch: int) -> int:
@@ -158,9 +172,16 @@ class StepPolicy:
         plays = self.plays.get(b, {})
         fresh = [arm for arm in self.arms if len(seen[arm]) < WARMUP and plays.get(arm, 0) < WARMUP_TRIES
                  and not (aside and arm > 0)]
-        if fresh:
-            return fresh[0]  # (the cheapest first: module docstring)
+        if fresh and fresh[0] == 0:
+            return 0  # (the cheapest first: module docstring)
         best = self._best(b)
+        first = self.probe_row_cost * b / PROBE_SHARE  # (a bucket not yet probed: module docstring)
+        explore = self.bucket_clock.get(b, 0.0) >= self.probe_not_before.get(b, first)
+        if fresh:  # a drafting arm's warm-up play is exploration, paid from the probes' share of time
+            if not explore:
+                return best
+            self._probe = [b, best, 0.0, 0]
+            return fresh[0]
         if self.best.setdefault(b, best) != best:
             self.best[b] = best
             self.switches[b] = self.switches.get(b, 0) + 1
@@ -171,12 +192,13 @@ class StepPolicy:
             arm, before = self.probed.pop(b)
             mine = seen[arm]
             top = max((t / s for t, s in seen[best] if s > 0), default=0.0)  # the best arm's fastest recent step
-            if arm != best and len(mine) > before and mine[-1][1] > 0 and mine[-1][0] / mine[-1][1] > top:
+            steady = lambda a: 1.0 - self.prefill_share(b) if a > 0 else 1.0  # noqa: E731  (steady_rate's)
+            if (arm != best and len(mine) > before and mine[-1][1] > 0
+                    and mine[-1][0] / mine[-1][1] * steady(arm) > top * steady(best)):
                 at, gap = n, PROBE_EVERY  # its own step beat all of the best's: measured again now (docstring)
                 self.again_probe[b] = arm
         self.probe_at[b] = (at, gap)
-        first = self.probe_row_cost * b / PROBE_SHARE  # (a bucket not yet probed: module docstring)
-        if n >= at and self.bucket_clock.get(b, 0.0) >= self.probe_not_before.get(b, first):
+        if n >= at and explore:
             self.best_before_probe[b] = best
             self._probe = [b, best, 0.0, 0]
             played = self.last_played.get(b, {})
@@ -192,7 +214,7 @@ class StepPolicy:
         seen = self.seen.get(b, {})
         if not seen.get(0):
             return 0
-        return max((arm for arm in self.arms if seen.get(arm)), key=lambda arm: (self.rate(b, arm), -arm))
+        return max((arm for arm in self.arms if seen.get(arm)), key=lambda arm: (self.steady_rate(b, arm), -arm))
 
     def _end_probe(self) -> None:
         """Once a probe's steps (and its replays) are observed: the next probe of its bucket waits until the
@@ -219,12 +241,30 @@ class StepPolicy:
         seconds = sum(s for _, s in seen)
         return sum(t for t, _ in seen) / seconds if seconds > 0 else 0.0
 
-    def observe(self, batch: int, tokens: int, seconds: float, clean: bool = True, idle: bool = False) -> None:
+    def steady_rate(self, b: int, arm: int) -> float:
+        """The arm's rate (`rate`) less, for a drafting arm, the share of time the draft's prompt prefills would
+        take in steady state: the draft prompt tokens bucket b admits per second times what a prefilled token cost
+        (`prefill_share`). Its measured steps leave prefills out (they are a request's, not a step's), so without
+        this, drafting looked faster than it was wherever requests are short against their prompts."""
+        return self.rate(b, arm) * (1.0 - self.prefill_share(b)) if arm > 0 else self.rate(b, arm)
+
+    def prefill_share(self, b: int) -> float:
+        """The share of bucket b's time that prefilling every admitted request's draft prompt takes, in [0, 1]."""
+        excess, tokens = self.prefill
+        admitted, seconds = self.admitted.get(b, (0.0, 0.0))
+        if tokens <= 0 or seconds <= 0:
+            return 0.0
+        return min(1.0, (excess / tokens) * (admitted / seconds))
+
+    def observe(self, batch: int, tokens: int, seconds: float, clean: bool = True, idle: bool = False,
+                prefill_tokens: int = 0, admitted_tokens: int = 0) -> None:
         """The step after a choice: `batch` rows emitted `tokens` in `seconds` since that choice's step began;
         `clean` False where that interval held work that is not the arm's (module docstring): nothing is learnt.
         `idle` where the interval spans time the engine had no request (no request in common with the choice's
         step): then it counts on no clock either (time without requests is not time spent at a batch size, and
-        must not pay for probes)."""
+        must not pay for probes). `prefill_tokens`: draft prompt tokens that step prefilled (with no other cause
+        of an unclean step: its excess over the arm's rate is their cost); `admitted_tokens`: the draft prompt
+        tokens of the requests that step admitted (`steady_rate`)."""
         if idle:
             seconds, clean = 0.0, False
         pending, self._pending = self._pending, None
@@ -232,6 +272,15 @@ class StepPolicy:
         if pending is not None and pending[2]:
             b = pending[2]
             self.bucket_clock[b] = self.bucket_clock.get(b, 0.0) + max(seconds, 0.0)
+            fade = 0.5 ** (max(seconds, 0.0) / ADMISSION_SECONDS)
+            admitted = self.admitted.setdefault(b, [0.0, 0.0])
+            admitted[0] = admitted[0] * fade + admitted_tokens
+            admitted[1] = admitted[1] * fade + max(seconds, 0.0)
+            rate = self.rate(b, pending[1])
+            if prefill_tokens > 0 and not idle and rate > 0:
+                fade = 1.0 - 1.0 / PREFILL_MEMORY
+                self.prefill = [self.prefill[0] * fade + max(0.0, seconds - tokens / rate),
+                                self.prefill[1] * fade + prefill_tokens]
         if self._probe is not None and pending is not None:  # the probe's steps, clean or not, are its cost
             self._probe[2] += max(seconds, 0.0)
             self.probe_seconds += max(seconds, 0.0)
@@ -252,5 +301,7 @@ class StepPolicy:
         return {"mode": "fixed" if self.lengths else self.mode, "chosen": dict(sorted(self.chosen.items())),
                 "probe_share": round(self.probe_seconds / self.clock, 4) if self.clock > 0 else 0.0,
                 "switches": dict(sorted(self.switches.items())), "probe_row_cost": round(self.probe_row_cost, 4),
+                "prefill_ms_per_token": round(1e3 * self.prefill[0] / self.prefill[1], 4) if self.prefill[1] else None,
+                "prefill_share": {b: round(self.prefill_share(b), 3) for b in sorted(self.admitted)},
                 "tokens_per_second": {b: {arm: round(self.rate(b, arm), 3) for arm in arms}
                                       for b, arms in sorted(self.seen.items())}}

@@ -148,6 +148,8 @@ class Proposer:
         self._last_members: list = []          # the requests of the last step (their views, held: compared by identity)
         self._prefilled = False                # whether the last step prefilled a draft prompt or caught one up
         self._step: dict = {}                  # this step's choice and what the policy was told (step_trace)
+        self._work = dict(prefill=0, admitted=0, caught_up=False)  # the last step's draft prefills and admissions
+        self._admitted = 0                     # draft prompt tokens of the requests opened since the last step ended
         self._traced = dict(draft_prefill_tokens=0, views_opened=0, rows=0)  # counts at the last traced step
         self._stats_written = 0.0
         self.load_model()  # at start-up: a draft that cannot load stops the engine there, with the reason
@@ -292,11 +294,16 @@ class Proposer:
             slots = self._by_content(live, sampled_token_ids, num_tokens_no_spec, token_ids_cpu)
         members = [self.slots.views[slot] for slot in sorted(slots.values())]  # (a new request: a new view object)
         if self._last_start is not None:  # the last step's choice, timed to now; it learns nothing where the
-            # requests changed or that step prefilled or caught up a draft (xvocab.vllm.policy)
-            clean = (len(members) == len(self._last_members) and not self._prefilled
-                     and all(a is b for a, b in zip(members, self._last_members)))
+            # requests changed or that step prefilled or caught up a draft (xvocab.vllm.policy); a prefill in a
+            # step with nothing else to blame is its own cost, and every admission a cost drafting will have to pay
+            same = len(members) == len(self._last_members) and all(a is b for a, b in zip(members, self._last_members))
+            clean = same and not self._prefilled
             idle = not {id(v) for v in members} & {id(v) for v in self._last_members}  # (the engine may have idled)
-            self.policy.observe(len(sampled_token_ids), emitted, start - self._last_start, clean, idle)
+            work = self._work
+            self.policy.observe(len(sampled_token_ids), emitted, start - self._last_start, clean, idle,
+                                prefill_tokens=work["prefill"] if same and not work["caught_up"] else 0,
+                                admitted_tokens=work["admitted"])
+            self._work = dict(prefill=0, admitted=0, caught_up=False)  # (told once, whatever this step does)
             self._step.update(interval=round(start - self._last_start, 5), clean=clean, idle=idle)
         # the batch the policy sees is every request vLLM scheduled, those still in prefill included: a newcomer's
         # prefill made a batch of 2 look like 1, and the policy drafted there, paying catch-ups (under load 10%
@@ -362,6 +369,8 @@ class Proposer:
                 skipped["failed"] += 1
         self._prefilled = prefill_left < s.prefill_chunk or caught_up  # work the policy must not charge to an arm
         self._step["caught_up"] = caught_up
+        self._work = dict(prefill=s.prefill_chunk - prefill_left, admitted=self._admitted, caught_up=caught_up)
+        self._admitted = 0
         drafted = draft_in_lockstep(calls, self.decoder, isolate=True)
         skipped["draft_context_full"] += len(drafted.full)
         skipped["waiting_for_text"] += len(drafted.waiting)
@@ -447,6 +456,7 @@ class Proposer:
         view = self.slots.views[slot] = open_view(self.pair, self.specials, ids, n_new,
                                                   confidence=s.draft_confidence, window=s.draft_window)
         self.counts["views_opened"] += 1
+        self._admitted += len(view.ctx.draft.prompt)  # (what the draft prefills before it can draft for it)
         return view
 
     def _drop_row(self, slot: int, i: int, batch: RunnerBatch | None) -> None:
