@@ -976,6 +976,31 @@ def test_serve_load_interleaved_parts_cancel_a_drifting_machine(monkeypatch):
         (1, 0, ["ar", "x"]), (4, 0, ["x", "ar"]), (1, 1, ["ar"])]
 
 
+def test_step_trace_charges_each_interval_to_the_step_before_it_and_names_what_it_held(tmp_path, capsys):
+    """experiments.vllm.step_trace: an interval is the previous step's (its arm, its prefill), idle intervals are
+    left out, and a drafting arm whose prefill steps are slow shows an all-in rate below its clean one. Control: the
+    same trace read with each interval charged to its own line's arm would put the prefill on stepping aside."""
+    from experiments.vllm import step_trace
+
+    def line(arm, interval, emitted, clean=True, idle=False, prefill=0, batch=1):
+        return dict(batch=batch, arm=arm, interval=interval, emitted=emitted, clean=clean, idle=idle,
+                    prefill_tokens=prefill, caught_up=False)
+
+    lines = [line(0, None, 0), line(2, 0.1, 1), line(2, 0.2, 3, prefill=500), line(0, 2.0, 3, clean=False),
+             line(0, 0.1, 1), line(0, 50.0, 1, idle=True), line(0, 0.1, 1)]  # step 2 prefilled: 2 -> 3 its cost
+    rows = {(r["bucket"], r["arm"]): r for r in step_trace.summarize(lines)}
+    assert rows[1, 2]["steps"] == 2 and rows[1, 2]["seconds_by_kind"] == {"clean": 0.2, "prefill": 2.0}
+    assert rows[1, 2]["rate"] == pytest.approx(6 / 2.2) and rows[1, 2]["clean_rate"] == pytest.approx(15.0)
+    assert rows[1, 0]["steps"] == 3 and rows[1, 0]["seconds"] == pytest.approx(0.3)  # the idle 50 s: left out
+    assert "prefill" not in rows[1, 0]["seconds_by_kind"]  # control: charged to its own line, step 3 (arm 0) pays
+    path = tmp_path / "steps.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    step_trace.main([str(path)])
+    assert "| 1 | 2 | 2 | 2.2 |" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="step_trace"):
+        step_trace.main([str(tmp_path / "missing.jsonl")])
+
+
 def test_lookup_replay_takes_a_real_runs_rounds_and_each_rule_finds_what_it_says():
     """experiments.benchmarks.lookup_replay: replaying xvocab's lookup rule over a greedy `lookup` run's own output
     takes exactly that run's target forwards (a tiny target whose head is zeroed: its argmax, id 0, repeats);

@@ -103,9 +103,9 @@ async def one_request(session, url: str, model: str, row: dict, max_tokens: int)
                     chunks.append(time.perf_counter() - start)
                     text.append(choice["text"])
     end = time.perf_counter() - start
-    gaps = [b - a for a, b in zip(chunks, chunks[1:])]
-    return {"id": row["id"], "set": row["set"], "ttft": chunks[0] if chunks else end, "e2e": end, "tokens": tokens,
-            "chunks": len(chunks), "gaps": gaps, "text": "".join(text)}
+    gaps = [round(b - a, 6) for a, b in zip(chunks, chunks[1:])]  # (microseconds: finer is the clock's noise)
+    return {"id": row["id"], "set": row["set"], "ttft": round(chunks[0] if chunks else end, 6), "e2e": round(end, 6),
+            "tokens": tokens, "chunks": len(chunks), "gaps": gaps, "text": "".join(text)}
 
 
 async def drive(port: int, model: str, rows: list[dict], concurrency: int, max_tokens: int) -> tuple[list, float]:
