@@ -900,6 +900,12 @@ def test_a_serving_variants_draft_length_reaches_vllm_and_its_settings_reach_the
     assert extra == {"draft": "smollm2-135m", "algorithm": "slem", "stats_file": "s.json", "load_policy": "off"}
     for spec, k in (("ngram,k=6", 6), ("ngram", 4)):
         assert spec_config(serve_load.server_command(spec, "m", args, Path("s.json"), 8331))["num_speculative_tokens"] == k
+    # vLLM's async scheduling, which it turns off beside a custom_class proposer: `ar` as vLLM runs it there
+    assert serve_load.server_command("ar,async_scheduling=false", "m", args, Path("s.json"), 8331)[-1] == \
+        "--no-async-scheduling"
+    assert not any("async" in x for x in serve_load.server_command("ar", "m", args, Path("s.json"), 8331))  # control
+    with pytest.raises(SystemExit, match="async_scheduling must be true or false"):
+        serve_load.parse("ar,async_scheduling=1")
 
 
 def test_serve_load_interleaves_passes_and_pairs_each_ratio_with_ars_group_of_the_same_pass():

@@ -95,6 +95,7 @@ def _engine(spec: str, args) -> tuple:
 
     kind, draft, options = parse(spec)
     k = options.pop("k", args.k)
+    asynchronous = options.pop("async_scheduling", None)
     stop = list(STOPS.get(args.dataset, ()))
     if kind in _loop_kinds():
         torch.set_num_threads(args.threads)
@@ -122,6 +123,8 @@ def _engine(spec: str, args) -> tuple:
 
     engine = dict(model=str(serving_dir(args.target)), dtype=args.dtype, enforce_eager=True,
                   max_model_len=args.max_model_len, max_num_seqs=1, seed=0, disable_log_stats=False)
+    if asynchronous is not None:
+        engine["async_scheduling"] = asynchronous
     if kind in served():
         engine |= xvocab.vllm.engine_args(draft=draft, algorithm=kind, k=k, **options)
     elif kind in VLLM_OWN:

@@ -49,8 +49,10 @@ def parse(spec: str, loop_kinds: dict[str, bool] | None = None) -> tuple[str, st
     """KIND[:DRAFT][,key=value...] -> (kind, draft, options): `ar`, one of vLLM's methods here (OWN), one of xvocab's
     served algorithms (xvocab.vllm.settings.served()), or one of `loop_kinds` ({kind: whether it takes a draft}: the
     bench's xvocab-NAME). Options: `k` (the variant's draft length, else the harness's --k) for any kind that
-    proposes, and xvocab's proposer settings for a served algorithm (draft_kernels=torch, load_policy=off); any
-    other key is refused by name, as is a draft where the kind takes none, or none where it needs one."""
+    proposes, xvocab's proposer settings for a served algorithm (draft_kernels=torch, load_policy=off), and
+    `async_scheduling` (true/false, vLLM's engine setting: vLLM turns it off beside a custom_class proposer, so
+    `ar,async_scheduling=false` is `ar` as vLLM runs it there) for any kind vLLM runs; any other key is refused by
+    name, as is a draft where the kind takes none, or none where it needs one."""
     from xvocab.vllm.settings import Settings, served
 
     loop_kinds = loop_kinds or {}
@@ -65,6 +67,7 @@ def parse(spec: str, loop_kinds: dict[str, bool] | None = None) -> tuple[str, st
     proposes = kind not in ("ar", "xvocab-ar")
     allowed = ({"k"} if proposes else set()) | ({f.name for f in fields(Settings)} - {"draft", "algorithm"}
                                                 if kind in served() else set())
+    allowed |= {"async_scheduling"} if kind not in loop_kinds else set()  # (vLLM's own engine setting)
     options = {}
     for pair in pairs:
         key, eq, value = pair.partition("=")
@@ -74,6 +77,8 @@ def parse(spec: str, loop_kinds: dict[str, bool] | None = None) -> tuple[str, st
         options[key] = _value(value)
     if "k" in options and (isinstance(options["k"], bool) or not isinstance(options["k"], int) or options["k"] < 1):
         raise SystemExit(f"variant {spec!r}: k must be a positive int")
+    if not isinstance(options.get("async_scheduling", False), bool):
+        raise SystemExit(f"variant {spec!r}: async_scheduling must be true or false")
     return kind, draft or None, options
 
 

@@ -57,6 +57,7 @@ def server_command(spec: str, model_dir: str, args, stats_file: Path, port: int)
     --k, is the draft length)."""
     kind, draft, options = parse(spec)
     k = options.pop("k", args.k)
+    asynchronous = options.pop("async_scheduling", None)
     command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
                "--port", str(port), "--host", "127.0.0.1", "--dtype", args.dtype, "--enforce-eager",
                "--max-model-len", str(args.max_model_len), "--max-num-seqs", str(max(args.concurrency)),
@@ -68,6 +69,8 @@ def server_command(spec: str, model_dir: str, args, stats_file: Path, port: int)
                                                                   "stats_file": str(stats_file), **options}})]
     elif kind in OWN:
         command += ["--speculative-config", json.dumps(speculative_config(kind, draft, k))]
+    if asynchronous is not None:
+        command.append("--async-scheduling" if asynchronous else "--no-async-scheduling")
     return command
 
 
