@@ -14,7 +14,7 @@ much memory as they all need) and interleaves their groups pass by pass, the ord
 variant's group with ar's of the same pass seconds apart (one server at a time, a ratio compares groups minutes
 apart, and the same ar server's groups were seen to move 12% between runs). `--interleave N` goes finer: each
 group's rows go in N parts, each part to every server in turn (their order rotating part by part), so the machine's
-drift within a group (ar's own group moved 35% between two passes minutes apart) moves every variant alike; a part
+drift within a group (ar's own group moved 34% between two passes minutes apart) moves every variant alike; a part
 holds at least 2c rows. Records append to OUT/records.jsonl one line per request and one per group; a group
 already recorded for the same settings and pass is skipped, so a killed run resumes (a round, every server's group of
 one c and pass, is recorded once whole). The report (`--report OUT`, also at the end of a run) writes OUT/report.md and OUT/load.png: output

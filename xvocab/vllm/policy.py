@@ -14,16 +14,16 @@ WARMUP_TRIES times (the cheapest first: stepping aside, the fallback, is measure
 the batch keeps changing few steps measure anything, so a warm-up bounded only by measurements kept playing k at 16
 requests for a whole minute, at a quarter of `ar`'s speed), then the best measured arm is played (stepping aside
 where it is unmeasured: no evidence says drafting pays). A drafting arm's warm-up plays are exploration like probes
-and share their time budget (below): at 16 requests a first drafting step catches 16 rows up, and warming two
-drafting arms there at once cost a short group half its throughput.
+and share their time budget (below): at a large batch a first drafting step catches every row up, so warming the
+drafting arms there at once can cost a short spell most of its throughput.
 
 What a drafting arm's rate leaves out, it is charged as a share (`steady_rate`): its samples exclude the steps that
 prefilled a draft prompt (a request's cost, paid once, not a step's), but in steady state every request admitted
 needs its draft prompt prefilled before it can draft. So the rate of a drafting arm is scaled by 1 less the share
 of time those prefills take: the draft prompt tokens the bucket admits a second (a mean with a half-life of
 ADMISSION_SECONDS) times the excess seconds a prefilled token cost (the last PREFILL_MEMORY prefills, decaying).
-Where the target's prompt is cached (vLLM's prefix cache) and the draft's is not, a prose prompt's draft prefill
-cost more than drafting saved on its 64 tokens: drafting looked 10% faster at one request and ran 28% slower.
+Where the target's prompt is cached (vLLM's prefix cache) and the draft's is not, a long prompt's draft prefill can
+cost more than drafting saves on a short completion, while drafting's measured steps still look faster.
 
 Probes: the arm measured least recently is tried once more after PROBE_EVERY steps of the bucket (a machine, a
 workload and a draft's acceptance drift), the gap doubling, up to PROBE_MAX, each time a probe leaves the best arm
