@@ -8,8 +8,9 @@ on the same items; `median_ratio` their median, and `spread` their median and qu
 machine that drifts (one disturbed decode moves one ratio, not the median).
 
 Why one module: the Hydra runs (experiments.sweep.variants), experiments.sweep.interleave, experiments.vllm.bench,
-experiments.vllm.draft_speed and experiments.benchmarks.vs_hf time variants against a baseline, and the report
-(experiments.report.speedup) reads their records; a schedule or a ratio written once cannot drift between them.
+experiments.vllm.serve_load, experiments.vllm.draft_speed and experiments.benchmarks.vs_hf time variants against a
+baseline, and the report (experiments.report.speedup) reads their records; a schedule or a ratio written once cannot
+drift between them.
 
 Invariant: order(i, n) is a permutation of range(n), and over any n consecutive items each variant runs in each
 position once; paired_ratios reads only items both sides have.

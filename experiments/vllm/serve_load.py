@@ -16,10 +16,10 @@ apart, and the same ar server's groups were seen to move 12% between runs). `--i
 group's rows go in N parts, each part to every server in turn (their order rotating part by part), so the machine's
 drift within a group (ar's own group moved 34% between two passes minutes apart) moves every variant alike; a part
 holds at least 2c rows. Records append to OUT/records.jsonl one line per request and one per group; a group
-already recorded for the same settings and pass is skipped, so a killed run resumes (a round, every server's group of
-one c and pass, is recorded once whole). The report (`--report OUT`, also at the end of a run) writes OUT/report.md and OUT/load.png: output
-tokens/s, requests/s, TTFT and chunk-gap p50/p90/p99 per group, acceptance per position, and each variant's
-throughput over vLLM's ar at the same concurrency.
+already recorded for the same settings and pass is skipped, so a killed run resumes (a round, every server's group
+of one c and pass, is recorded once whole). The report (`--report OUT`, also at the end of a run) writes
+OUT/report.md and OUT/load.png: output tokens/s, requests/s, TTFT and chunk-gap p50/p90/p99 per group, acceptance
+per position, and each variant's throughput over vLLM's ar at the same concurrency.
 
 Variants (as experiments.vllm.bench's): `ar`; vLLM's own methods (experiments.vllm.methods: `vllm-tli:DRAFT`, its
 cross-vocabulary draft; `sd:DRAFT`, its draft_model with one vocabulary; `ngram`; `suffix`); xvocab's proposer with
@@ -45,6 +45,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from experiments import sidebyside
 from experiments.vllm.methods import OWN, parse, speculative_config
 from xvocab.vllm.settings import served
 
@@ -161,7 +162,7 @@ def schedule(variants: list[str], concurrency: list[int], passes: int, together:
     order, turn = [], 0
     for p in range(passes):
         for c in concurrency:
-            order += [(variants[(turn + i) % len(variants)], c, p) for i in range(len(variants))]
+            order += [(v, c, p) for v in sidebyside.rotated(turn, variants)]
             turn += 1
     return order
 
@@ -222,8 +223,7 @@ def _round(servers: list[_Server], rows: list[dict], c: int, max_tokens: int, pa
     walls = {s.spec: [] for s in servers}
     chunks = split(rows, c, parts)
     for j, chunk in enumerate(chunks):
-        for i in range(len(servers)):
-            server = servers[(i + j) % len(servers)]
+        for server in sidebyside.rotated(j, servers):
             done, wall = asyncio.run(drive(server.port, server.model_dir, chunk, c, max_tokens))
             results[server.spec] += done
             walls[server.spec].append(wall)
@@ -394,7 +394,8 @@ def report(out: Path) -> None:
              f"settings: {json.dumps(groups[-1]['settings'])}; "
              + ("servers up together, groups interleaved: each ratio pairs a pass with ar's of the same pass"
                 + (f", each group sent in up to {interleave} parts, part by part to every server in turn"
-                   if interleave > 1 else "") if together else "one server at a time: a ratio compares groups minutes apart"), "",
+                   if interleave > 1 else "")
+                if together else "one server at a time: a ratio compares groups minutes apart"), "",
              "vs ar: the median of the passes' ratios [their range]; tok/s and req/s: medians; TTFT and gaps: every "
              "request of every pass.", "",
              "| variant | c | passes | tok/s | vs ar | req/s | TTFT p50/p90/p99 s | chunk gap p50/p90/p99 s | "

@@ -146,9 +146,9 @@ class Proposer:
         self._warned: set[str] = set()
         self._last_start: float | None = None  # when the last step began (the policy times steps from it)
         self._last_members: list = []          # the requests of the last step (their views, held: compared by identity)
-        self._prefilled = False                # whether the last step prefilled a draft prompt or caught one up
         self._step: dict = {}                  # this step's choice and what the policy was told (step_trace)
-        self._work = dict(prefill=0, admitted=0, caught_up=False)  # the last step's draft prefills and admissions
+        self._work = dict(prefill=0, admitted=0, caught_up=False)  # what the last step paid for besides drafting:
+        #                                        draft prompt tokens prefilled, requests admitted, a catch-up
         self._admitted = 0                     # draft prompt tokens of the requests opened since the last step ended
         self._traced = dict(draft_prefill_tokens=0, views_opened=0, rows=0)  # counts at the last traced step
         self._stats_written = 0.0
@@ -259,7 +259,7 @@ class Proposer:
         line = dict(t=round(start, 4), batch=batch, arm=step.get("arm"), k_step=step.get("k_step"),
                     interval=step.get("interval"), emitted=step.get("emitted"), clean=step.get("clean"),
                     idle=step.get("idle"), prefill_tokens=c["draft_prefill_tokens"] - last["draft_prefill_tokens"],
-                    opened=c["views_opened"] - last["views_opened"], caught_up=step.get("caught_up", False),
+                    opened=c["views_opened"] - last["views_opened"], caught_up=self._work["caught_up"],
                     drafted_rows=c["rows"] - last["rows"], proposed=sum(map(len, out)),
                     seconds=round(time.perf_counter() - start, 5))
         self._traced = {key: c[key] for key in ("draft_prefill_tokens", "views_opened", "rows")}
@@ -296,10 +296,10 @@ class Proposer:
         if self._last_start is not None:  # the last step's choice, timed to now; it learns nothing where the
             # requests changed or that step prefilled or caught up a draft (xvocab.vllm.policy); a prefill in a
             # step with nothing else to blame is its own cost, and every admission a cost drafting will have to pay
-            same = len(members) == len(self._last_members) and all(a is b for a, b in zip(members, self._last_members))
-            clean = same and not self._prefilled
-            idle = not {id(v) for v in members} & {id(v) for v in self._last_members}  # (the engine may have idled)
             work = self._work
+            same = len(members) == len(self._last_members) and all(a is b for a, b in zip(members, self._last_members))
+            clean = same and not (work["prefill"] or work["caught_up"])  # (work the policy must not charge to an arm)
+            idle = not {id(v) for v in members} & {id(v) for v in self._last_members}  # (the engine may have idled)
             self.policy.observe(len(sampled_token_ids), emitted, start - self._last_start, clean, idle,
                                 prefill_tokens=work["prefill"] if same and not work["caught_up"] else 0,
                                 admitted_tokens=work["admitted"])
@@ -367,8 +367,6 @@ class Proposer:
                 self._drop_row(slot, i, batch)
                 self._warn("drafter", err)
                 skipped["failed"] += 1
-        self._prefilled = prefill_left < s.prefill_chunk or caught_up  # work the policy must not charge to an arm
-        self._step["caught_up"] = caught_up
         self._work = dict(prefill=s.prefill_chunk - prefill_left, admitted=self._admitted, caught_up=caught_up)
         self._admitted = 0
         drafted = draft_in_lockstep(calls, self.decoder, isolate=True)
